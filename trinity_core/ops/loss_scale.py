@@ -21,9 +21,9 @@ from trinity_core.ops.aggregate import aggregate_loss
 __all__ = ["LossScale", "global_normalizers"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LossScale:
-    """Normalizers shared by every micro-batch of one optimizer step.
+    """Normalizers shared by every micro-batch of one optimizer step (compared by identity: it holds tensors).
 
     Attributes:
         num_tokens: 0-d int64 tensor, selected tokens in the whole step (all micro-batches, all ranks).

@@ -21,17 +21,14 @@ Dim = int | tuple[int, ...] | None
 
 def _as_bool_mask(x: Tensor, mask: Tensor, where: str) -> Tensor:
     """Return ``mask`` as a bool tensor broadcast to ``x``'s shape, with a readable error on mismatch."""
+    bool_mask = mask if mask.dtype == torch.bool else mask != 0
     try:
-        shape = torch.broadcast_shapes(x.shape, mask.shape)
+        return bool_mask.expand(x.shape)
     except RuntimeError:
-        shape = None
-    if shape != x.shape:
         raise ValueError(
             f"{where}: mask of shape {tuple(mask.shape)} does not broadcast to values of shape "
             f"{tuple(x.shape)}; pass a mask with the same shape as the values (e.g. action_mask for (B, T))"
-        )
-    bool_mask = mask if mask.dtype == torch.bool else mask != 0
-    return bool_mask.expand(x.shape)
+        ) from None
 
 
 def _select(x: Tensor, mask: Tensor) -> Tensor:

@@ -135,7 +135,7 @@ def segment_std(
     return segment_var(values, index, num_groups, unbiased, valid_mask).sqrt()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GroupStats:
     """Statistics of groups, float64 except ``count`` (int64); all tensors have the same length.
 
