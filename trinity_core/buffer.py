@@ -1,0 +1,391 @@
+"""Experience buffers: where add strategies write and trainers read (reference section 9).
+
+* :class:`BufferWriter`: ``async write(data)``, ``async acquire()``, ``async release()`` (reference
+  counting of writers; a released writer refuses further writes).
+* :class:`BufferReader`: ``async read(batch_size=None)``, ``len()``, ``state_dict()`` /
+  ``load_state_dict()`` (the read cursor, saved with checkpoints so a resumed run continues where it
+  stopped).
+
+Built-in buffers, made with :func:`make_buffer`:
+
+* ``"memory"``: a FIFO list shared by a writer and a reader in one process. It keeps every item, so a
+  restored cursor can re-read; use it for tests and short runs.
+* ``"disk"``: a directory of numbered files ``000000000000.trxp``, one per write, in the pickle-free
+  wire format of :mod:`trinity_core.codec`. A write goes to a temporary file first, then is moved into
+  place atomically under the next free number, so a reader (in any process) only ever sees complete
+  writes, and numbers are contiguous, so reading in numeric order never skips one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import re
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from trinity_core.experience import Experience
+
+__all__ = [
+    "BufferPair",
+    "BufferReader",
+    "BufferWriter",
+    "DiskReader",
+    "DiskWriter",
+    "MemoryReader",
+    "MemoryStorage",
+    "MemoryWriter",
+    "make_buffer",
+]
+
+
+class BufferWriter(ABC):
+    """Writes lists of experiences to a buffer.
+
+    ``acquire`` / ``release`` count the users of a writer: ``release`` returns the remaining count, and
+    once it reaches 0 after an ``acquire`` the writer is closed and ``write`` raises ``RuntimeError``.
+    """
+
+    def __init__(self) -> None:
+        self._refs = 0
+        self._closed = False
+
+    @abstractmethod
+    async def write(self, data: list[Experience]) -> None:
+        """Append ``data`` to the buffer as one unit (readers see all of it or none of it)."""
+
+    async def acquire(self) -> int:
+        """Register one more user of this writer; return the new count."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} was released by all its users; make a new writer")
+        self._refs += 1
+        return self._refs
+
+    async def release(self) -> int:
+        """Unregister one user; return the remaining count (0 closes the writer)."""
+        self._refs = max(self._refs - 1, 0)
+        if self._refs == 0:
+            self._closed = True
+            self._on_close()
+        return self._refs
+
+    @property
+    def closed(self) -> bool:
+        """True once every user released the writer."""
+        return self._closed
+
+    def _on_close(self) -> None:  # noqa: B027  (an optional hook, not an abstract method)
+        """Hook for subclasses, called once when the last user releases the writer."""
+
+    def _check_open(self, data: Sequence[Experience]) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__}.write: the writer is closed (all users released it)")
+        if not isinstance(data, list | tuple):
+            raise TypeError(
+                f"{type(self).__name__}.write takes a list of Experience, got {type(data).__name__}"
+            )
+
+
+class BufferReader(ABC):
+    """Reads experiences in the order they were written, tracking a cursor."""
+
+    @abstractmethod
+    async def read(self, batch_size: int | None = None, **kwargs: Any) -> list[Experience]:
+        """Read the next experiences.
+
+        ``batch_size=None`` returns everything written and not yet read (possibly ``[]``). With a
+        number, waits until that many are available and returns exactly that many; if the buffer can
+        receive no more (its writers closed) the rest is returned, possibly fewer.
+        """
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of experiences written and not yet read."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor, as a JSON-friendly dict (always with ``current_index``: items read so far)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a cursor saved by :meth:`state_dict`."""
+
+
+def _check_batch_size(batch_size: int | None, where: str) -> None:
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"{where}: batch_size must be a positive integer or None, got {batch_size}")
+
+
+class MemoryStorage:
+    """The shared FIFO behind a memory writer/reader pair."""
+
+    def __init__(self) -> None:
+        self.items: list[Experience] = []
+        self.closed = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def notify(self) -> None:
+        """Wake readers waiting for items."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Wait until the next :meth:`notify` or ``timeout`` seconds (no error on timeout)."""
+        # A future per wait, not an asyncio.Event: it binds to the running loop, whichever that is.
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(waiter, timeout)
+
+
+class MemoryWriter(BufferWriter):
+    """Appends to a :class:`MemoryStorage`."""
+
+    def __init__(self, storage: MemoryStorage) -> None:
+        super().__init__()
+        self.storage = storage
+
+    async def write(self, data: list[Experience]) -> None:
+        """Append ``data`` (the list is copied; the experiences are not)."""
+        self._check_open(data)
+        self.storage.items.extend(data)
+        self.storage.notify()
+
+    def _on_close(self) -> None:
+        self.storage.closed = True
+        self.storage.notify()
+
+
+class MemoryReader(BufferReader):
+    """Reads a :class:`MemoryStorage` from a cursor."""
+
+    def __init__(self, storage: MemoryStorage) -> None:
+        self.storage = storage
+        self.current_index = 0
+
+    def __len__(self) -> int:
+        return len(self.storage.items) - self.current_index
+
+    async def read(
+        self, batch_size: int | None = None, timeout: float | None = None, **kwargs: Any
+    ) -> list[Experience]:
+        """See :meth:`BufferReader.read`; ``timeout`` (seconds) raises ``TimeoutError`` when exceeded."""
+        _check_batch_size(batch_size, "MemoryReader.read")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while batch_size is not None and len(self) < batch_size and not self.storage.closed:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(
+                    f"MemoryReader.read: {len(self)} of {batch_size} experiences available after {timeout}s"
+                )
+            await self.storage.wait(remaining)
+        end = (
+            len(self.storage.items)
+            if batch_size is None
+            else min(self.current_index + batch_size, len(self.storage.items))
+        )
+        out = self.storage.items[self.current_index : end]
+        self.current_index = end
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"current_index": items read so far}``."""
+        return {"current_index": self.current_index}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the cursor; it may not point past the items written."""
+        index = int(state["current_index"])
+        if not 0 <= index <= len(self.storage.items):
+            raise ValueError(
+                f"MemoryReader.load_state_dict: current_index {index} is outside "
+                f"0..{len(self.storage.items)} (the buffer holds fewer items than the saved state had read)"
+            )
+        self.current_index = index
+
+
+_FILE_SUFFIX = ".trxp"
+_FILE_RE = re.compile(r"^(\d{12})\.trxp$")
+
+
+def _file_name(number: int) -> str:
+    return f"{number:012d}{_FILE_SUFFIX}"
+
+
+def _existing_numbers(directory: Path) -> list[int]:
+    numbers = []
+    for entry in os.scandir(directory):
+        match = _FILE_RE.match(entry.name)
+        if match:
+            numbers.append(int(match.group(1)))
+    return sorted(numbers)
+
+
+def _publish(tmp: Path, final: Path) -> bool:
+    """Move the complete ``tmp`` to ``final`` unless ``final`` exists; return False when it does.
+
+    A hard link is atomic and never replaces an existing file, so two writers (even in two processes)
+    cannot claim the same number. Where hard links are unsupported, fall back to ``os.replace`` after an
+    existence check (safe for writers within one process, which are serialised by the event loop).
+    """
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if final.exists():
+            return False
+        os.replace(tmp, final)
+        return True
+    tmp.unlink()
+    return True
+
+
+class DiskWriter(BufferWriter):
+    """Writes each ``write`` call as one numbered file in ``directory`` (created if missing)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        numbers = _existing_numbers(self.directory)
+        self._next = numbers[-1] + 1 if numbers else 0
+
+    async def write(self, data: list[Experience]) -> None:
+        """Serialize ``data`` to a temporary file, fsync it, then publish it under the next number."""
+        self._check_open(data)
+        if len(data) == 0:
+            return
+        from trinity_core.codec import serialize_many
+
+        payload = serialize_many(data)
+        tmp = self.directory / f".tmp-{uuid.uuid4().hex}.part"
+        with open(tmp, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            while not _publish(tmp, self.directory / _file_name(self._next)):
+                self._next += 1
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self._next += 1
+
+
+class DiskReader(BufferReader):
+    """Reads the numbered files of a :class:`DiskWriter` directory in order.
+
+    The cursor is ``(file_index, item_offset)``: the next file to read and how many of its items were
+    already returned. ``poll_interval`` is how often (seconds) ``read`` looks for new files while waiting.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], poll_interval: float = 0.05) -> None:
+        self.directory = Path(directory)
+        self.poll_interval = poll_interval
+        self.file_index = 0
+        self.item_offset = 0
+        self.current_index = 0
+        self._cache: dict[int, list[Experience]] = {}
+
+    def _load(self, number: int) -> list[Experience] | None:
+        if number not in self._cache:
+            from trinity_core.codec import deserialize_many
+
+            path = self.directory / _file_name(number)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                return None
+            self._cache[number] = deserialize_many(data)
+        return self._cache[number]
+
+    def _available(self) -> int:
+        total = -self.item_offset
+        number = self.file_index
+        while (items := self._load(number)) is not None:
+            total += len(items)
+            number += 1
+        return max(total, 0)
+
+    def __len__(self) -> int:
+        return self._available()
+
+    def _take(self, limit: int | None) -> list[Experience]:
+        out: list[Experience] = []
+        while limit is None or len(out) < limit:
+            items = self._load(self.file_index)
+            if items is None:
+                break
+            want = len(items) - self.item_offset if limit is None else limit - len(out)
+            chunk = items[self.item_offset : self.item_offset + want]
+            out.extend(chunk)
+            self.item_offset += len(chunk)
+            if self.item_offset >= len(items):
+                self._cache.pop(self.file_index, None)
+                self.file_index += 1
+                self.item_offset = 0
+        self.current_index += len(out)
+        return out
+
+    async def read(
+        self, batch_size: int | None = None, timeout: float | None = None, **kwargs: Any
+    ) -> list[Experience]:
+        """See :meth:`BufferReader.read`. Other processes cannot signal that they stopped writing, so with
+        a ``batch_size`` the read waits until enough items exist or ``timeout`` (seconds) expires, then
+        raises ``TimeoutError``."""
+        _check_batch_size(batch_size, "DiskReader.read")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while batch_size is not None and self._available() < batch_size:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"DiskReader.read: {self._available()} of {batch_size} experiences available in "
+                    f"{self.directory} after {timeout}s"
+                )
+            await asyncio.sleep(self.poll_interval)
+        return self._take(batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"file_index", "item_offset", "current_index"}``."""
+        return {
+            "file_index": self.file_index,
+            "item_offset": self.item_offset,
+            "current_index": self.current_index,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the cursor saved by :meth:`state_dict`."""
+        self.file_index = int(state["file_index"])
+        self.item_offset = int(state["item_offset"])
+        self.current_index = int(state.get("current_index", 0))
+        self._cache.clear()
+
+
+class BufferPair(NamedTuple):
+    """A writer and a reader over the same buffer (unpacks as ``writer, reader``)."""
+
+    writer: BufferWriter
+    reader: BufferReader
+
+
+def make_buffer(kind: Literal["memory", "disk"], path: str | os.PathLike[str] | None = None) -> BufferPair:
+    """Create a buffer: ``"memory"`` (no path) or ``"disk"`` (``path``: the directory)."""
+    if kind == "memory":
+        if path is not None:
+            raise ValueError("make_buffer('memory') takes no path; use kind='disk' to store on disk")
+        storage = MemoryStorage()
+        return BufferPair(MemoryWriter(storage), MemoryReader(storage))
+    if kind == "disk":
+        if path is None:
+            raise ValueError("make_buffer('disk') needs path=<directory> for the buffer files")
+        return BufferPair(DiskWriter(path), DiskReader(path))
+    raise ValueError(f"make_buffer: unknown kind {kind!r}; use 'memory' or 'disk'")

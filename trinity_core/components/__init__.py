@@ -1,0 +1,76 @@
+"""The component contracts: one base class per kind of plugin.
+
+=============  ================================  ==========================================
+kind           entry-point namespace             base class(es)
+=============  ================================  ==========================================
+algorithm      ``trinity_core.algorithms``       :class:`AlgorithmType`
+advantage_fn   ``trinity_core.advantage_fns``    :class:`AdvantageFn`, :class:`GroupAdvantage`
+add_strategy   ``trinity_core.add_strategies``   :class:`AddStrategy`, :class:`GroupAdvantageStrategy`
+policy_loss    ``trinity_core.policy_losses``    :class:`PolicyLossFn`
+kl_fn          ``trinity_core.kl_fns``           :class:`KLFn`
+entropy_loss   ``trinity_core.entropy_losses``   :class:`EntropyLossFn`
+=============  ================================  ==========================================
+"""
+
+from __future__ import annotations
+
+from trinity_core.components._aggregation import LossAggArgs, LossAggMode
+from trinity_core.components.add_strategy import AddStrategy, GroupAdvantageStrategy
+from trinity_core.components.advantage import (
+    AdvantageFn,
+    GroupAdvantage,
+    GroupComputation,
+    GroupedBatch,
+    write_advantages,
+)
+from trinity_core.components.algorithm import ALGORITHM_CONFIG_KEYS, AlgorithmType, ConstantMeta
+from trinity_core.components.base import (
+    Component,
+    ComponentArgs,
+    Metrics,
+    aggregate_metrics,
+    materialize_metrics,
+    summarize_metric,
+)
+from trinity_core.components.entropy import EntropyLossFn
+from trinity_core.components.kl import AdaptiveKLController, FixedKLController, KLFn
+from trinity_core.components.policy_loss import BACKEND_KEY_MAPPERS, KeyMapper, PolicyLossFn
+
+KIND_BASES: dict[str, tuple[type, ...]] = {
+    "algorithm": (AlgorithmType,),
+    "advantage_fn": (AdvantageFn, GroupAdvantage),
+    "add_strategy": (AddStrategy, GroupAdvantageStrategy),
+    "policy_loss": (PolicyLossFn,),
+    "kl_fn": (KLFn,),
+    "entropy_loss": (EntropyLossFn,),
+}
+"""Kind name to its base classes (a component of a kind subclasses the first of them)."""
+
+__all__ = [
+    "ALGORITHM_CONFIG_KEYS",
+    "BACKEND_KEY_MAPPERS",
+    "KIND_BASES",
+    "AdaptiveKLController",
+    "AddStrategy",
+    "AdvantageFn",
+    "AlgorithmType",
+    "Component",
+    "ComponentArgs",
+    "ConstantMeta",
+    "EntropyLossFn",
+    "FixedKLController",
+    "GroupAdvantage",
+    "GroupAdvantageStrategy",
+    "GroupComputation",
+    "GroupedBatch",
+    "KLFn",
+    "KeyMapper",
+    "LossAggArgs",
+    "LossAggMode",
+    "Metrics",
+    "PolicyLossFn",
+    "aggregate_metrics",
+    "materialize_metrics",
+    "summarize_metric",
+    "write_advantages",
+]

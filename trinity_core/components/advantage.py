@@ -1,0 +1,245 @@
+"""Advantage functions (seed ``trinity.algorithm.advantage_fn``) and the group machinery they share with
+group add strategies.
+
+Two ways to write a group-relative computation, both on :class:`GroupComputation`:
+
+* per group (the seed API): ``group_experiences(exps)`` and ``calculate_group_advantage(group_id, exps)``;
+  the default :meth:`GroupComputation.process` loops over the groups;
+* vectorized: ``process_batch(batch)`` on a columnar :class:`~trinity_core.batch.ExperienceBatch`,
+  returning the advantages of the whole batch at once. When a subclass implements it,
+  ``supports_batch`` is True and ``process`` uses it; the per-group method stays the reference that
+  the conformance kit compares it with.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+import torch
+from torch import Tensor
+
+from trinity_core.components.base import Component, Metrics, aggregate_metrics
+from trinity_core.experience import Experience, group_by
+
+if TYPE_CHECKING:
+    from trinity_core.batch import ExperienceBatch
+
+__all__ = [
+    "AdvantageFn",
+    "BatchResult",
+    "GroupAdvantage",
+    "GroupComputation",
+    "GroupLevel",
+    "GroupedBatch",
+    "write_advantages",
+]
+
+GroupLevel = Literal["task", "run", "step"]
+"""Which EID id forms a group: ``task`` (``eid.tid``), ``run`` (``eid.rid``) or ``step`` (``eid.sid``)."""
+
+BatchResult = tuple[Tensor, Metrics] | tuple[Tensor, Metrics, Tensor]
+"""What ``process_batch`` returns: ``(advantages, metrics)`` or ``(advantages, metrics, keep)``."""
+
+
+class GroupedBatch(Protocol):
+    """The part of :class:`~trinity_core.batch.ExperienceBatch` that group computations rely on.
+
+    ``rewards`` is ``(N,)`` float64; ``group_index[level]`` is ``(N,)`` int64 numbering the groups of
+    that level ``0..num_groups[level]-1`` in order of first appearance.
+    """
+
+    rewards: Tensor
+    group_index: Mapping[str, Tensor]
+    num_groups: Mapping[str, int]
+
+
+def _response_masks(exps: Sequence[Experience]) -> tuple[list[Tensor], list[int]]:
+    masks = []
+    for exp in exps:
+        if exp.action_mask is not None:
+            masks.append(exp.action_mask)
+        else:
+            masks.append(torch.ones(max(exp.response_length, 0), dtype=torch.bool))
+    return masks, [len(m) for m in masks]
+
+
+def write_advantages(exps: Sequence[Experience], advantages: Tensor) -> None:
+    """Write advantages (and equal returns) into ``exps``, masked by each ``action_mask``.
+
+    ``advantages`` is ``(N,)`` (one score per experience, broadcast over its response) or ``(N, R)``
+    (token level, ``R`` at least the longest response). Each experience gets float32 views into one
+    flat tensor: ``exp.advantages = score * action_mask`` and ``exp.returns`` a copy.
+    """
+    if len(exps) == 0:
+        return
+    if advantages.shape[0] != len(exps) or advantages.dim() not in (1, 2):
+        raise ValueError(
+            f"advantages of shape {tuple(advantages.shape)} do not fit {len(exps)} experiences; expected "
+            f"({len(exps)},) or ({len(exps)}, R)"
+        )
+    masks, lengths = _response_masks(exps)
+    device = advantages.device
+    flat_mask = torch.cat(masks).to(device=device, dtype=torch.float32)
+    length_t = torch.tensor(lengths, device=device)
+    values = advantages.detach().to(torch.float32)
+    if values.dim() == 1:
+        flat = values.repeat_interleave(length_t)
+    else:
+        if values.shape[1] < max(lengths):
+            raise ValueError(
+                f"token-level advantages have width {values.shape[1]} but the longest response has "
+                f"{max(lengths)} tokens"
+            )
+        valid = torch.arange(values.shape[1], device=device)[None, :] < length_t[:, None]
+        flat = values[valid]
+    flat = flat * flat_mask
+    returns = flat.clone()
+    for exp, adv, ret in zip(exps, torch.split(flat, lengths), torch.split(returns, lengths), strict=True):
+        exp.advantages = adv
+        exp.returns = ret
+
+
+def _make_batch(exps: list[Experience]) -> ExperienceBatch:
+    from trinity_core.batch import ExperienceBatch
+
+    return ExperienceBatch.from_experiences(exps)
+
+
+class GroupComputation(ABC):
+    """Grouping and per-group / vectorized computation shared by :class:`GroupAdvantage` and
+    :class:`~trinity_core.components.add_strategy.GroupAdvantageStrategy`.
+
+    Subclasses set ``group_level`` (default ``"task"``) or override :meth:`group_experiences`, and
+    implement :meth:`calculate_group_advantage`; they may add :meth:`process_batch`.
+    """
+
+    group_level: ClassVar[GroupLevel] = "task"
+    metric_prefix: ClassVar[str] = "group_advantages"
+    supports_batch: ClassVar[bool] = False
+    """True when the class implements :meth:`process_batch` (set automatically)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.supports_batch = cls.process_batch is not GroupComputation.process_batch
+
+    def group_experiences(self, exps: list[Experience]) -> dict[str, list[Experience]]:
+        """Group experiences by ``group_level`` (groups and members in first-appearance order)."""
+        return group_by(exps, self.group_level)
+
+    @abstractmethod
+    def calculate_group_advantage(
+        self, group_id: str, exps: list[Experience]
+    ) -> tuple[list[Experience], Metrics]:
+        """Compute the advantages of one group; return the (possibly filtered) group and its metrics.
+
+        Set ``exp.advantages`` (response-aligned, zero where ``action_mask`` is False) and
+        ``exp.returns``. Metrics are numbers or 0-d tensors; :meth:`process` summarises them over the
+        groups with :func:`~trinity_core.components.base.aggregate_metrics`.
+        """
+
+    def process_batch(self, batch: ExperienceBatch) -> BatchResult:
+        """Vectorized computation over the whole batch (optional).
+
+        Returns ``(advantages, metrics)`` or ``(advantages, metrics, keep)``: ``advantages`` is ``(N,)``
+        per experience or ``(N, R)`` per token, ``keep`` an optional ``(N,)`` bool mask of experiences
+        to keep, and ``metrics`` the final metric dict (already prefixed, e.g. with
+        :func:`~trinity_core.components.base.summarize_metric`). Must agree with the per-group path.
+        """
+        raise NotImplementedError(f"{type(self).__qualname__} has no vectorized process_batch")
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
+        """Compute advantages for all ``exps``; vectorized when ``supports_batch``, else per group.
+
+        Returns the kept experiences, grouped (groups in first-appearance order), and the metrics.
+        """
+        if len(exps) == 0:
+            return [], {}
+        if self.supports_batch:
+            return self.process_vectorized(exps)
+        return self.process_per_group(exps)
+
+    def process_per_group(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
+        """The seed algorithm: group, call :meth:`calculate_group_advantage` per group, flatten."""
+        if len(exps) == 0:
+            return [], {}
+        groups = self.group_experiences(list(exps))
+        out: list[Experience] = []
+        metric_list = []
+        for group_id, group in groups.items():
+            kept, metrics = self.calculate_group_advantage(group_id, group)
+            out.extend(kept)
+            metric_list.append(metrics)
+        return out, aggregate_metrics(metric_list, self.metric_prefix)
+
+    def process_vectorized(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
+        """Build one batch, call :meth:`process_batch`, write the advantages back, group the output."""
+        if len(exps) == 0:
+            return [], {}
+        batch = _make_batch(list(exps))
+        result = self.process_batch(batch)
+        advantages, metrics = result[0], result[1]
+        keep = result[2] if len(result) == 3 else None
+        write_advantages(exps, advantages)
+        # Same order as the per-group path: by group (numbered by first appearance), stable within.
+        order = torch.argsort(batch.group_index[self.group_level].cpu(), stable=True)
+        if keep is not None:
+            order = order[keep.cpu()[order]]
+        return [exps[i] for i in order.tolist()], metrics
+
+
+class AdvantageFn(Component, ABC):
+    """Base of advantage functions: ``__call__(exps, **kwargs) -> (exps, metrics)``.
+
+    Functions that run in the trainer (``compute_in_trainer()`` True, the default) receive the trainer's
+    batch; those that run in the experience pipeline receive a list of experiences.
+    ``required_fields`` names the experience fields / batch columns the function reads, so a
+    configuration can be checked before a run.
+    """
+
+    kind: ClassVar[str] = "advantage_fn"
+    required_fields: ClassVar[tuple[str, ...]] = ("reward",)
+
+    @abstractmethod
+    def __call__(self, exps: Any, **kwargs: Any) -> tuple[Any, Metrics]:
+        """Compute advantages; return the experiences (or batch) with advantages set, and metrics."""
+
+    @classmethod
+    def compute_in_trainer(cls) -> bool:
+        """Whether this function runs in the trainer (True) or in the experience pipeline (False)."""
+        return True
+
+
+class GroupAdvantage(GroupComputation, AdvantageFn):
+    """Group-relative advantages computed in the experience pipeline (``compute_in_trainer()`` False).
+
+    Per-group example (seed API)::
+
+        class MeanBaseline(GroupAdvantage):
+            \"\"\"A_i = r_i - mean(r) within each task group.\"\"\"
+
+            def calculate_group_advantage(self, group_id, exps, precomputed_std=None):
+                rewards = torch.tensor([e.reward for e in exps], dtype=torch.float64)
+                for exp, r in zip(exps, rewards - rewards.mean()):
+                    exp.advantages = float(r) * exp.action_mask.float()
+                    exp.returns = exp.advantages.clone()
+                return exps, {"reward_mean": rewards.mean()}
+
+    Add ``process_batch`` for the vectorized path (see :class:`GroupComputation`).
+    """
+
+    def __call__(self, exps: Any, **kwargs: Any) -> tuple[list[Experience], Metrics]:
+        """``process(exps)``."""
+        return self.process(exps)
+
+    @abstractmethod
+    def calculate_group_advantage(
+        self, group_id: str, exps: list[Experience], precomputed_std: Tensor | None = None
+    ) -> tuple[list[Experience], Metrics]:
+        """Compute the advantages of one group (``precomputed_std``: a batch-level std, if used)."""
+
+    @classmethod
+    def compute_in_trainer(cls) -> bool:
+        """Always False: group advantages need whole groups, which the experience pipeline has."""
+        return False

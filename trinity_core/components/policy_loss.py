@@ -1,0 +1,144 @@
+"""Policy losses (seed ``trinity.algorithm.policy_loss_fn``).
+
+A policy loss maps the current log-probs and the batch tensors it asks for to ``(loss, metrics)``. The
+tensors it asks for are the named parameters of its ``__call__`` (besides ``logprob``); the trainer
+reads them as :attr:`PolicyLossFn.select_keys`, in its backend's names (verl by default), and passes
+them by keyword in those names. Renaming back to the loss's names and dropping keys the loss did not
+ask for happens in the base class.
+
+Unlike the reference, ``__call__`` need not appear in every subclass body (defect 7.3.10): a subclass
+that only changes defaults inherits ``__call__`` and its ``select_keys``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
+
+from torch import Tensor
+
+from trinity_core.components._aggregation import (
+    RESERVED_CALL_KEYWORDS,
+    LossAggArgs,
+    LossAggMode,
+    LossAggregation,
+    declared_parameters,
+    wrap_loss_call,
+)
+from trinity_core.components.base import Component
+
+__all__ = ["BACKEND_KEY_MAPPERS", "KeyMapper", "LossAggArgs", "LossAggMode", "PolicyLossFn"]
+
+
+class KeyMapper:
+    """Translate batch key names between a training backend and trinity.
+
+    ``to_trinity`` maps backend names to trinity names; ``from_trinity`` is its inverse. Names missing
+    from the table map to themselves (``expert_mask``, ``step``, ...).
+    """
+
+    def __init__(self, to_trinity: Mapping[str, str]) -> None:
+        self.to_trinity_map = dict(to_trinity)
+        self.from_trinity_map = {v: k for k, v in self.to_trinity_map.items()}
+
+    def to_trinity(self, key: str) -> str:
+        """The trinity name of backend key ``key``."""
+        return self.to_trinity_map.get(key, key)
+
+    def from_trinity(self, key: str) -> str:
+        """The backend name of trinity key ``key``."""
+        return self.from_trinity_map.get(key, key)
+
+
+BACKEND_KEY_MAPPERS: Final[dict[str, KeyMapper]] = {
+    "verl": KeyMapper(
+        {
+            "log_prob": "logprob",
+            "old_log_probs": "old_logprob",
+            "ref_log_prob": "ref_logprob",
+            "response_mask": "action_mask",
+            "advantages": "advantages",
+        }
+    ),
+    "tinker": KeyMapper({}),
+}
+"""Key mappers per backend name (verl names: ``log_prob``, ``old_log_probs``, ``ref_log_prob``,
+``response_mask``, ``advantages``)."""
+
+_NOT_SELECTED = {"logprob", *RESERVED_CALL_KEYWORDS}
+
+
+def _rename_and_select(self: PolicyLossFn, kwargs: dict[str, Any]) -> dict[str, Any]:
+    selected: dict[str, Any] = {}
+    wanted = type(self)._select_keys
+    for key, value in kwargs.items():
+        name = self.mapper.to_trinity(key)
+        if name == "logprob" or name in wanted:
+            selected[name] = value
+    return selected
+
+
+class PolicyLossFn(LossAggregation, Component, ABC):
+    """Base of policy losses.
+
+    Subclasses declare ``Args`` (derive from :class:`LossAggArgs` to get ``loss_agg_mode``) and
+    implement ``__call__(logprob, <the tensors it needs>, **kwargs) -> (loss, metrics)``::
+
+        class PPOPolicyLossFn(PolicyLossFn):
+            \"\"\"PPO clipped surrogate: L = max(-A r, -A clip(r, 1-eps, 1+eps)), r = exp(logp - old).\"\"\"
+
+            class Args(LossAggArgs):
+                clip_range: float = Field(0.2, gt=0, description="PPO clip epsilon.")
+
+            def __call__(self, logprob, old_logprob, action_mask, advantages, **kwargs):
+                ratio = torch.exp((logprob - old_logprob).clamp(-20, 20))
+                per_token = torch.maximum(-advantages * ratio,
+                                          -advantages * ratio.clamp(1 - self.clip_range, 1 + self.clip_range))
+                loss = self.aggregate(per_token, action_mask)
+                return loss, {"pg_loss": loss.detach()}
+
+    Conventions: tensors are padded ``(B, T)`` on the caller's device; compute there, never call
+    ``.item()`` (metrics are 0-d tensors; any that still require grad are detached by the base class);
+    aggregate with :meth:`aggregate`, which applies ``loss_agg_mode`` and the trainer's global
+    normalizers (``loss_scale=`` keyword of the call).
+    """
+
+    kind: ClassVar[str] = "policy_loss"
+    _select_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__call__" in cls.__dict__:
+            cls.__call__ = wrap_loss_call(cls.__dict__["__call__"], _rename_and_select)  # type: ignore[method-assign]
+        cls._select_keys = tuple(k for k in declared_parameters(cls.__call__) if k not in _NOT_SELECTED)
+
+    def __init__(self, backend: str = "verl", **args: Any) -> None:
+        """Validate ``args`` against ``Args`` and pick the key mapper of ``backend``."""
+        try:
+            self.mapper = BACKEND_KEY_MAPPERS[backend]
+        except KeyError:
+            raise ValueError(
+                f"policy loss {type(self).name()!r}: unknown backend {backend!r}; known backends are "
+                f"{sorted(BACKEND_KEY_MAPPERS)}"
+            ) from None
+        self.backend = backend
+        super().__init__(**args)
+
+    @property
+    def select_keys(self) -> list[str]:
+        """The batch keys this loss needs besides the log-probs, in the backend's names."""
+        return [self.mapper.from_trinity(key) for key in type(self)._select_keys]
+
+    @abstractmethod
+    def __call__(self, logprob: Tensor, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Compute the loss.
+
+        Args:
+            logprob: current-policy log-probs of the response tokens, ``(B, T)``.
+            kwargs: the tensors named in :attr:`select_keys` (e.g. ``old_logprob``, ``action_mask``,
+                ``advantages``), in backend or trinity names.
+
+        Returns:
+            ``(loss, metrics)``: a 0-d loss and metrics as detached 0-d tensors.
+        """
