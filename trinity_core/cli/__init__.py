@@ -1,0 +1,16 @@
+"""The ``trinity`` command: one module per command group, listed in :data:`COMMAND_MODULES`.
+
+A command module exposes ``register(subparsers)``, which adds its sub-parser(s) and sets
+``func=<callable(namespace) -> int>`` as the parser default. Adding ``trinity train`` means writing
+``trinity_core/cli/train.py`` and appending its module name here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["COMMAND_MODULES"]
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "trinity_core.cli.plugins",
+    "trinity_core.cli.config_cmd",
+)
+"""Modules whose ``register(subparsers)`` adds a command group, in help order."""

@@ -1,0 +1,52 @@
+"""Entry point of the ``trinity`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from trinity_core.cli import COMMAND_MODULES
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser, with every command group of :data:`COMMAND_MODULES` registered."""
+    parser = argparse.ArgumentParser(
+        prog="trinity", description="Reinforcement fine-tuning of language models."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``trinity`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
+
+    0: success; 1: the command failed (invalid config, plugin errors, strict-mode findings);
+    2: bad usage.
+    """
+    from trinity_core.config import ConfigError
+    from trinity_core.registry import PluginError
+
+    parser = build_parser()
+    try:
+        namespace = parser.parse_args(argv)
+    except SystemExit as exc:  # --help or a usage error: report the status instead of exiting
+        return exc.code if isinstance(exc.code, int) else 2
+    func = getattr(namespace, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(func(namespace))
+    except (PluginError, ConfigError) as exc:
+        print(f"trinity: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

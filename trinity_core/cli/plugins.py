@@ -1,0 +1,203 @@
+"""``trinity plugins list`` and ``trinity plugins show``: what is installed, what failed, what conflicts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import typing
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from trinity_core.registry import (
+    ComponentRecord,
+    PluginError,
+    UnknownComponentError,
+    get_kind,
+    get_registry,
+    kinds,
+    strict_mode,
+)
+
+__all__ = ["args_table", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``plugins`` command group."""
+    parser = subparsers.add_parser("plugins", help="list and inspect installed plugins")
+    sub = parser.add_subparsers(dest="plugins_command", metavar="SUBCOMMAND", required=True)
+    kind_names = [k.kind for k in kinds()]
+
+    listing = sub.add_parser("list", help="list components, failed plugins and conflicts")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument("--kind", choices=kind_names, help="only this kind")
+    listing.add_argument("--strict", action="store_true", help="exit 1 on any load failure or conflict")
+    listing.set_defaults(func=cmd_list)
+
+    show = sub.add_parser("show", help="show a component's arguments")
+    show.add_argument("name", help="registered component name")
+    show.add_argument("--kind", choices=kind_names, help="only this kind")
+    show.set_defaults(func=cmd_show)
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _short(text: str, limit: int = 70) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
+    """Print every component (table or JSON); exit 1 in strict mode when anything failed or conflicts."""
+    from trinity_core.hooks import TrinityPluginManager, registered_plugins
+
+    registry = get_registry()
+    records = registry.list_components(ns.kind, strict=False)
+    conflicts = registry.conflicts(ns.kind)
+    disabled = [
+        ep for ep in registry.disabled() if ns.kind is None or ep.group == get_kind(ns.kind).namespace
+    ]
+    pm = TrinityPluginManager()
+    if ns.kind is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # failures are listed below
+            pm.load_entry_points(strict=False)
+    hooks = [(n, o) for n, o in registered_plugins(pm)]
+    failures = [r.error for r in records if r.error is not None] + pm.failures
+    if ns.json:
+        payload = {
+            "components": [_record_json(r) for r in records if r.error is None],
+            "hooks": [{"name": n, **(asdict(o) if o else {})} for n, o in hooks],
+            "failures": [asdict(f) for f in failures],
+            "conflicts": [
+                {"kind": c.kind, "name": c.name, "providers": [asdict(p) for p in c.providers]}
+                for c in conflicts
+            ],
+            "disabled": [asdict(ep) for ep in disabled],
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        rows = [
+            (r.kind, r.name, r.entry_point.provider, _short(r.summary)) for r in records if r.error is None
+        ]
+        rows += [("hooks", n, o.provider if o else "", o.value if o else "") for n, o in hooks]
+        print(_table(rows, ("KIND", "NAME", "DISTRIBUTION", "SUMMARY")) if rows else "no plugins installed")
+        if failures:
+            print("\nfailed to load:")
+            for f in failures:
+                print(f"  {f.kind} {f.describe()}")
+        if conflicts:
+            print("\nconflicts:")
+            for c in conflicts:
+                print(f"  {c.describe()}")
+        if disabled:
+            print("\ndisabled by TRINITY_DISABLE_PLUGINS:")
+            for ep in disabled:
+                print(f"  {ep.group} {ep.name!r} ({ep.provider})")
+    strict = ns.strict or strict_mode()
+    if strict and (failures or conflicts):
+        print(
+            f"trinity: strict mode: {len(failures)} failed plugin(s), {len(conflicts)} conflict(s)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _record_json(r: ComponentRecord) -> dict[str, Any]:
+    return {
+        "kind": r.kind,
+        "name": r.name,
+        "value": r.value,
+        "distribution": r.distribution,
+        "version": r.version,
+        "summary": r.summary,
+        "paper": r.paper,
+    }
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    text = str(annotation).replace("typing.", "")
+    return text
+
+
+def _constraint(field: FieldInfo) -> str:
+    parts: list[str] = []
+    symbols = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "len >=", "max_length": "len <="}
+    for meta in field.metadata:
+        for attr, symbol in symbols.items():
+            value = getattr(meta, attr, None)
+            if value is not None:
+                parts.append(f"{symbol} {value}")
+        pattern = getattr(meta, "pattern", None)
+        if pattern is not None:
+            parts.append(f"matches {pattern}")
+    if typing.get_origin(field.annotation) is typing.Literal:
+        parts.append("one of " + ", ".join(repr(a) for a in typing.get_args(field.annotation)))
+    return ", ".join(parts)
+
+
+def args_table(model: type[BaseModel]) -> list[dict[str, str]]:
+    """One row per field of an ``Args`` model: name, type, default, constraint, description."""
+    rows = []
+    for name, field in model.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        rows.append(
+            {
+                "name": name,
+                "type": _type_name(field.annotation),
+                "default": "(required)" if field.is_required() else repr(default),
+                "constraint": _constraint(field),
+                "description": field.description or "",
+            }
+        )
+    return rows
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    """Print each component named ``ns.name`` (in every kind, or ``ns.kind``) with its arguments."""
+    registry = get_registry()
+    specs = [get_kind(ns.kind)] if ns.kind else kinds()
+    found = 0
+    for spec in specs:
+        if ns.name not in registry.names(spec.kind):
+            continue
+        found += 1
+        try:
+            record = registry.record(spec.kind, ns.name)
+        except PluginError as exc:
+            print(f"{spec.kind} {ns.name!r}: {exc}\n")
+            continue
+        print(f"{spec.kind} {record.name!r} from {record.entry_point.provider} ({record.value})")
+        if record.summary:
+            print(f"  {record.summary}")
+        if record.paper:
+            print(f"  paper: {record.paper}")
+        model = getattr(record.obj, "Args", None)
+        if isinstance(model, type) and issubclass(model, BaseModel) and model.model_fields:
+            rows = [tuple(row.values()) for row in args_table(model)]
+            print(_table(rows, ("ARG", "TYPE", "DEFAULT", "CONSTRAINT", "DESCRIPTION")))
+        else:
+            print("  (no arguments)")
+        print()
+    if not found:
+        if ns.kind:
+            registry.record(ns.kind, ns.name)  # raises UnknownComponentError with suggestions
+        raise UnknownComponentError(
+            f"no component named {ns.name!r} in any kind; run `trinity plugins list` to see what is installed"
+        )
+    return 0

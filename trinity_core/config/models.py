@@ -1,0 +1,159 @@
+"""pydantic models of the run configuration (structure only; components are checked in resolution).
+
+Every section forbids unknown keys. Sections other than ``algorithm`` are placeholders the trainer
+extends: add fields to the section model (with a default and a description).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "COMPONENT_KEYS",
+    "AlgorithmConfig",
+    "LossAggMode",
+    "ModelConfig",
+    "ResolvedAlgorithmConfig",
+    "ResolvedConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "Section",
+    "TasksConfig",
+    "TrainerConfig",
+]
+
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+"""How a token-level loss is reduced to a scalar (see ``aggregate_loss``)."""
+
+COMPONENT_KEYS: dict[str, str] = {
+    "advantage_fn": "advantage_fn",
+    "policy_loss_fn": "policy_loss",
+    "kl_penalty_fn": "kl_fn",
+    "kl_loss_fn": "kl_fn",
+    "entropy_loss_fn": "entropy_loss",
+    "add_strategy": "add_strategy",
+}
+"""Config key of each algorithm component -> its registry kind; its args live under ``<key>_args``."""
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _name(what: str) -> Any:
+    return Field(default=None, description=f"Registered name of the {what}; unset: the preset's choice.")
+
+
+def _args(what: str) -> Any:
+    return Field(
+        default=None,
+        description=f"Arguments of the {what}, merged per key over the preset's and component's defaults.",
+    )
+
+
+class AlgorithmConfig(Section):
+    """The ``algorithm`` section as the user wrote it: ``None`` means "not set, use the preset"."""
+
+    algorithm_type: str = Field(default="grpo", description="Algorithm preset (kind 'algorithm').")
+    repeat_times: int | None = Field(
+        default=None, ge=1, description="Responses sampled per task (group size)."
+    )
+    advantage_fn: str | None = _name("advantage function")
+    advantage_fn_args: dict[str, Any] | None = _args("advantage function")
+    policy_loss_fn: str | None = _name("policy loss")
+    policy_loss_fn_args: dict[str, Any] | None = _args("policy loss")
+    kl_penalty_fn: str | None = _name("KL penalty (applied to rewards)")
+    kl_penalty_fn_args: dict[str, Any] | None = _args("KL penalty")
+    kl_loss_fn: str | None = _name("KL loss (added to the loss)")
+    kl_loss_fn_args: dict[str, Any] | None = _args("KL loss")
+    entropy_loss_fn: str | None = _name("entropy loss")
+    entropy_loss_fn_args: dict[str, Any] | None = _args("entropy loss")
+    add_strategy: str | None = _name("add strategy")
+    add_strategy_args: dict[str, Any] | None = _args("add strategy")
+    loss_agg_mode: LossAggMode | None = Field(
+        default=None,
+        description="Loss aggregation for every component that has a loss_agg_mode argument; only when set.",
+    )
+
+
+class ModelConfig(Section):
+    """The policy model (placeholder the trainer extends)."""
+
+    model_path: str | None = Field(
+        default=None, description="Hugging Face model id or path; unset: tiny default."
+    )
+
+
+class TasksConfig(Section):
+    """The task set (placeholder the trainer extends)."""
+
+    name: str | None = Field(default=None, description="Registered task set (kind 'task').")
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the task set.")
+
+
+class RolloutConfig(Section):
+    """Sampling of responses (placeholder the trainer extends)."""
+
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    max_new_tokens: int = Field(default=16, ge=1, description="Longest response, in tokens.")
+
+
+class TrainerConfig(Section):
+    """The optimisation loop (placeholder the trainer extends)."""
+
+    total_steps: int = Field(default=100, ge=1, description="Training steps.")
+    lr: float = Field(default=3e-4, gt=0, description="Learning rate.")
+    seed: int = Field(default=0, description="Random seed.")
+
+
+class RunConfig(Section):
+    """A whole run as written by the user (YAML or dict), before presets and components are applied."""
+
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+
+class ResolvedAlgorithmConfig(Section):
+    """The ``algorithm`` section after resolution: every name chosen, every args dict complete.
+
+    A component name of ``None`` means the run uses no such component (e.g. no add strategy).
+    """
+
+    algorithm_type: str
+    repeat_times: int = Field(ge=1)
+    advantage_fn: str | None
+    advantage_fn_args: dict[str, Any]
+    policy_loss_fn: str | None
+    policy_loss_fn_args: dict[str, Any]
+    kl_penalty_fn: str | None
+    kl_penalty_fn_args: dict[str, Any]
+    kl_loss_fn: str | None
+    kl_loss_fn_args: dict[str, Any]
+    entropy_loss_fn: str | None
+    entropy_loss_fn_args: dict[str, Any]
+    add_strategy: str | None
+    add_strategy_args: dict[str, Any]
+    loss_agg_mode: LossAggMode | None = None
+
+
+class ResolvedConfig(Section):
+    """A run configuration ready for the trainer.
+
+    ``sources`` maps dotted paths of resolved algorithm values to where they came from (``"user"``,
+    ``"preset 'grpo'"``, ``"base default"``, ``"component default"``, ``"algorithm.loss_agg_mode"``);
+    it is excluded from dumps.
+    """
+
+    algorithm: ResolvedAlgorithmConfig
+    model: ModelConfig
+    tasks: TasksConfig
+    rollout: RolloutConfig
+    trainer: TrainerConfig
+    sources: dict[str, str] = Field(default_factory=dict, exclude=True)

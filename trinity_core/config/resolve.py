@@ -1,0 +1,236 @@
+"""Resolution: apply the algorithm preset and component defaults, then validate every component.
+
+Order (each later source wins, per key):
+
+1. base defaults (:data:`BASE_DEFAULTS`) for component names neither the user nor the preset set;
+2. the preset's ``default_config()`` for names, args and ``repeat_times`` the user left unset;
+3. the component's ``Args`` defaults, then the preset's args (only when the preset's component is the
+   one used), then ``algorithm.loss_agg_mode`` (only when the user set it, and only for components
+   with a ``loss_agg_mode`` argument the user did not set per component), then the user's args;
+4. each component's ``Args`` validates the merged args;
+5. the preset's ``check_config(config)`` (it may adjust the config) and every ``trinity_check_config``
+   hook, when the config is otherwise valid.
+
+Unlike the reference implementation, the preset's ``repeat_times`` applies unless the user set it, user
+args never drop the other defaults, and a global ``loss_agg_mode`` never overrides a per-loss default
+that the user did not ask to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trinity_core.config.errors import ConfigError, ConfigProblem
+from trinity_core.config.loading import load_config
+from trinity_core.config.models import (
+    COMPONENT_KEYS,
+    ResolvedAlgorithmConfig,
+    ResolvedConfig,
+    RunConfig,
+)
+from trinity_core.registry import ComponentRecord, PluginError, Registry, get_kind, get_registry
+from trinity_core.registry.args import validation_problems
+
+__all__ = ["BASE_DEFAULTS", "DEFAULT_REPEAT_TIMES", "resolve_config"]
+
+BASE_DEFAULTS: dict[str, str | None] = {
+    "advantage_fn": None,
+    "policy_loss_fn": "ppo",
+    "kl_penalty_fn": "none",
+    "kl_loss_fn": "none",
+    "entropy_loss_fn": "default",
+    "add_strategy": None,
+}
+"""Component names used when neither the user nor the preset names one.
+
+``advantage_fn`` and ``add_strategy`` default to none at all (presets that need one name it: the
+reference's base ``ppo`` advantage broke RAFT); ``kl_loss_fn`` defaults to ``none`` so no regulariser is
+added unless the preset or the user asks for one; ``entropy_loss_fn`` is ``default``, whose coefficient
+defaults to 0.
+"""
+
+DEFAULT_REPEAT_TIMES = 1
+"""``repeat_times`` when neither the user nor the preset sets it."""
+
+_PRESET_KEYS = {"repeat_times", "loss_agg_mode"} | set(COMPONENT_KEYS) | {f"{k}_args" for k in COMPONENT_KEYS}
+
+
+class _Resolver:
+    def __init__(self, config: RunConfig, registry: Registry) -> None:
+        self.config = config
+        self.user = config.algorithm
+        self.registry = registry
+        self.problems: list[ConfigProblem] = []
+        self.sources: dict[str, str] = {}
+        self.preset: ComponentRecord | None = None
+        self.preset_defaults: dict[str, Any] = {}
+
+    def load_preset(self) -> None:
+        name = self.user.algorithm_type
+        try:
+            self.preset = self.registry.record("algorithm", name)
+        except PluginError as exc:
+            self.problems.append(ConfigProblem("algorithm.algorithm_type", str(exc)))
+            return
+        where = (f"algorithm {name!r}", self.preset.entry_point.provider)
+        try:
+            defaults = dict(self.preset.obj.default_config())
+        except Exception as exc:
+            self.problems.append(ConfigProblem("algorithm", f"default_config() raised {exc!r}", *where))
+            return
+        unknown = sorted(set(defaults) - _PRESET_KEYS)
+        if unknown:
+            msg = f"default_config() returns unknown keys {unknown}; allowed: {sorted(_PRESET_KEYS)}"
+            self.problems.append(ConfigProblem("algorithm", msg, *where, hint="fix the algorithm plugin"))
+        self.preset_defaults = {k: v for k, v in defaults.items() if k in _PRESET_KEYS}
+
+    @property
+    def preset_label(self) -> str:
+        return f"preset {self.user.algorithm_type!r}"
+
+    def repeat_times(self) -> int:
+        if self.user.repeat_times is not None:
+            self.sources["algorithm.repeat_times"] = "user"
+            return self.user.repeat_times
+        if self.preset_defaults.get("repeat_times") is not None:
+            self.sources["algorithm.repeat_times"] = self.preset_label
+            return int(self.preset_defaults["repeat_times"])
+        self.sources["algorithm.repeat_times"] = "base default"
+        return DEFAULT_REPEAT_TIMES
+
+    def component_name(self, key: str) -> str | None:
+        user_name: str | None = getattr(self.user, key)
+        if user_name is not None:
+            self.sources[f"algorithm.{key}"] = "user"
+            return user_name
+        if key in self.preset_defaults:
+            self.sources[f"algorithm.{key}"] = self.preset_label
+            value = self.preset_defaults[key]
+            return None if value is None else str(value)
+        self.sources[f"algorithm.{key}"] = "base default"
+        return BASE_DEFAULTS[key]
+
+    def component_args(self, key: str, name: str | None) -> dict[str, Any]:
+        path = f"algorithm.{key}_args"
+        user_args: dict[str, Any] = dict(getattr(self.user, f"{key}_args") or {})
+        if name is None:
+            if user_args:
+                msg = f"arguments given but no {key} is selected"
+                self.problems.append(ConfigProblem(path, msg, hint=f"set algorithm.{key} or remove {path}"))
+            return {}
+        kind = COMPONENT_KEYS[key]
+        try:
+            record = self.registry.record(kind, name)
+        except PluginError as exc:
+            source = self.sources.get(f"algorithm.{key}", "user")
+            self.problems.append(ConfigProblem(f"algorithm.{key}", f"{exc!s} (name from {source})"))
+            return user_args
+        component = f"{get_kind(kind).title} {name!r}"
+        provider = record.entry_point.provider
+        model = getattr(record.obj, "Args", None)
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            for bad in user_args:
+                self.problems.append(
+                    ConfigProblem(f"{path}.{bad}", "this component takes no arguments", component, provider)
+                )
+            return {}
+        merged: dict[str, Any] = {}
+        origin: dict[str, str] = {}
+        preset_name = self.preset_defaults.get(key, BASE_DEFAULTS[key])
+        preset_args = self.preset_defaults.get(f"{key}_args")
+        if preset_name == name and isinstance(preset_args, Mapping):
+            merged.update(preset_args)
+            origin.update(dict.fromkeys(preset_args, self.preset_label))
+        if self.user.loss_agg_mode is not None and "loss_agg_mode" in model.model_fields:
+            merged["loss_agg_mode"] = self.user.loss_agg_mode
+            origin["loss_agg_mode"] = "algorithm.loss_agg_mode"
+        merged.update(user_args)
+        origin.update(dict.fromkeys(user_args, "user"))
+        try:
+            validated = model.model_validate(merged)
+        except ValidationError as exc:
+            for sub, msg in validation_problems(exc, model=model):
+                top = sub.split(".", 1)[0].split("[", 1)[0]
+                src = origin.get(top)
+                detail = f"{msg} (value from {src})" if src and src != "user" else msg
+                self.problems.append(ConfigProblem(f"{path}.{sub}", detail, component, provider))
+            return merged
+        result: dict[str, Any] = validated.model_dump()
+        for arg in result:
+            self.sources[f"{path}.{arg}"] = origin.get(arg, "component default")
+        return result
+
+    def resolve(self) -> ResolvedConfig | None:
+        self.load_preset()
+        values: dict[str, Any] = {
+            "algorithm_type": self.user.algorithm_type,
+            "repeat_times": self.repeat_times(),
+        }
+        for key in COMPONENT_KEYS:
+            name = self.component_name(key)
+            values[key] = name
+            values[f"{key}_args"] = self.component_args(key, name)
+        values["loss_agg_mode"] = self.user.loss_agg_mode
+        if self.problems:
+            return None
+        sections = {k: getattr(self.config, k) for k in RunConfig.model_fields if k != "algorithm"}
+        return ResolvedConfig(
+            algorithm=ResolvedAlgorithmConfig(**values), sources=dict(self.sources), **sections
+        )
+
+    def check(self, resolved: ResolvedConfig) -> None:
+        if self.preset is not None:
+            before = {k: getattr(resolved.algorithm, k) for k in COMPONENT_KEYS}
+            try:
+                self.preset.obj.check_config(resolved)
+            except (ValueError, TypeError, AttributeError, ValidationError) as exc:
+                self.problems.append(
+                    ConfigProblem(
+                        "algorithm",
+                        f"rejected by check_config: {exc}",
+                        f"algorithm {self.user.algorithm_type!r}",
+                        self.preset.entry_point.provider,
+                    )
+                )
+                return
+            for key, old in before.items():
+                new = getattr(resolved.algorithm, key)
+                if new != old:  # the preset switched a component: give the new one its own args
+                    self.sources[f"algorithm.{key}"] = f"{self.preset_label} check_config"
+                    setattr(resolved.algorithm, f"{key}_args", self.component_args(key, new))
+            resolved.sources.update(self.sources)
+
+
+def resolve_config(
+    config: RunConfig | Mapping[str, Any] | str,
+    *,
+    registry: Registry | None = None,
+    plugin_manager: Any = None,
+) -> ResolvedConfig:
+    """Resolve ``config`` (a :class:`RunConfig`, mapping or YAML path) into a :class:`ResolvedConfig`.
+
+    Args:
+        config: the run configuration.
+        registry: where components come from (default: the process-wide registry).
+        plugin_manager: whose ``trinity_check_config`` hooks run (default: the process-wide one).
+
+    Raises:
+        ConfigError: with every problem found: dotted path, component, plugin distribution, fix.
+    """
+    run = load_config(config)
+    resolver = _Resolver(run, registry or get_registry())
+    resolved = resolver.resolve()
+    if resolved is None:
+        raise ConfigError(resolver.problems, config if isinstance(config, str) else None)
+    resolver.check(resolved)
+    if not resolver.problems:
+        from trinity_core.hooks import collect_config_problems, get_plugin_manager
+
+        pm = plugin_manager if plugin_manager is not None else get_plugin_manager()
+        resolver.problems.extend(ConfigProblem("", p) for p in collect_config_problems(pm, resolved))
+    if resolver.problems:
+        raise ConfigError(resolver.problems, config if isinstance(config, str) else None)
+    return resolved
