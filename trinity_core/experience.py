@@ -29,6 +29,7 @@ __all__ = [
     "CustomField",
     "Experience",
     "ExperienceType",
+    "escape_id_component",
     "group_by",
     "split_dpo_experience_to_single_turn",
 ]
@@ -43,7 +44,7 @@ def _new_suffix() -> str:
     return uuid.uuid4().hex[:SUFFIX_HEX_CHARS]
 
 
-def _escape(part: int | str) -> str:
+def escape_id_component(part: int | str) -> str:
     """Render one id component so that the ``/`` separator stays unambiguous.
 
     ``%`` becomes ``%25`` and ``/`` becomes ``%2F`` (percent-encoding, as in URLs); any other text,
@@ -65,14 +66,14 @@ class EID:
 
     The derived ids join components with ``/``:
 
-    ====== ================================== ==============================================
-    id     components                         experiences that share it
-    ====== ================================== ==============================================
-    uid    batch/task/run/step/suffix         one experience
-    sid    batch/task/step                    all runs of a task at one step
-    rid    batch/task/run                     all steps of one run of a task
-    tid    batch/task                         all runs and steps of one task (a GRPO group)
-    ====== ================================== ==============================================
+    ====== ========================== =============================================
+    id     components                 experiences that share it
+    ====== ========================== =============================================
+    uid    batch/task/run/step/suffix one experience
+    sid    batch/task/step            all runs of a task at one step
+    rid    batch/task/run             all steps of one run of a task
+    tid    batch/task                 all runs and steps of one task (a GRPO group)
+    ====== ========================== =============================================
 
     A component that contains ``/`` or ``%`` is percent-escaped (``/`` -> ``%2F``, ``%`` -> ``%25``), so
     ``EID(batch=1, task="a/b")`` has ``tid == "1/a%2Fb"`` and can never collide with
@@ -90,24 +91,24 @@ class EID:
     def uid(self) -> str:
         """A unique identifier of the experience: ``batch/task/run/step/suffix``."""
         return (
-            f"{_escape(self.batch)}/{_escape(self.task)}/{_escape(self.run)}/"
-            f"{_escape(self.step)}/{_escape(self.suffix)}"
+            f"{escape_id_component(self.batch)}/{escape_id_component(self.task)}/{escape_id_component(self.run)}/"
+            f"{escape_id_component(self.step)}/{escape_id_component(self.suffix)}"
         )
 
     @property
     def sid(self) -> str:
         """Step id: ``batch/task/step``, shared by all runs of a task at the same step."""
-        return f"{_escape(self.batch)}/{_escape(self.task)}/{_escape(self.step)}"
+        return f"{self.tid}/{escape_id_component(self.step)}"
 
     @property
     def rid(self) -> str:
         """Run id: ``batch/task/run``, shared by all steps of one run of a task."""
-        return f"{_escape(self.batch)}/{_escape(self.task)}/{_escape(self.run)}"
+        return f"{self.tid}/{escape_id_component(self.run)}"
 
     @property
     def tid(self) -> str:
         """Task id: ``batch/task``, shared by every run of a task (the group of GRPO-like algorithms)."""
-        return f"{_escape(self.batch)}/{_escape(self.task)}"
+        return f"{escape_id_component(self.batch)}/{escape_id_component(self.task)}"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the five fields as a plain dict (``EID(**eid.to_dict()) == eid``)."""
@@ -256,7 +257,9 @@ class Experience:
         self.multi_modal_inputs = (
             None
             if multi_modal_inputs is None
-            else {k: v if isinstance(v, Tensor) else torch.as_tensor(v) for k, v in multi_modal_inputs.items()}
+            else {
+                k: v if isinstance(v, Tensor) else torch.as_tensor(v) for k, v in multi_modal_inputs.items()
+            }
         )
         self.custom_fields = [] if custom_fields is None else list(custom_fields)
 

@@ -12,5 +12,6 @@ __all__ = ["COMMAND_MODULES"]
 COMMAND_MODULES: tuple[str, ...] = (
     "trinity_core.cli.plugins",
     "trinity_core.cli.config_cmd",
+    "trinity_core.cli.info",
 )
 """Modules whose ``register(subparsers)`` adds a command group, in help order."""

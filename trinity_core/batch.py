@@ -1,0 +1,580 @@
+"""Columnar batches of experiences: the ``gather_*`` functions and :class:`ExperienceBatch`.
+
+The ``gather_*`` functions keep the seed signatures (``trinity.common.experience``) and turn a list of
+experiences into padded ``(B, T)`` tensors, as a trainer consumes them. Padding sides:
+
+* prompts are **left**-padded to ``max_prompt_length`` (every prompt ends at column ``P``);
+* responses and every response-aligned field are **right**-padded to ``max_response_length``
+  (every response starts at column ``P`` of the token ids, column ``0`` of response tensors).
+
+:class:`ExperienceBatch` is the whole list as columns (rewards ``(N,)``, group indices from the EIDs,
+padded response tensors), so group computations run vectorized over the batch; its results go back to the
+experiences as views (:meth:`ExperienceBatch.write_back`), never copies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+
+from trinity_core.experience import EID, Experience, escape_id_component
+
+__all__ = [
+    "BATCH_RESPONSE_FIELDS",
+    "GROUP_LEVELS",
+    "ExperienceBatch",
+    "GroupLevel",
+    "gather_action_masks",
+    "gather_attention_masks",
+    "gather_multi_modal_inputs",
+    "gather_response_attrs",
+    "gather_token_ids",
+]
+
+GroupLevel = Literal["task", "run", "step"]
+#: Grouping levels of :class:`ExperienceBatch`, with the EID id each one groups by (tid, rid, sid).
+GROUP_LEVELS: tuple[GroupLevel, ...] = ("task", "run", "step")
+
+#: Response-aligned fields that :class:`ExperienceBatch` gathers into ``(N, R)`` tensors.
+BATCH_RESPONSE_FIELDS: tuple[str, ...] = (
+    "action_mask",
+    "logprobs",
+    "advantages",
+    "returns",
+    "token_level_reward",
+    "teacher_logprobs",
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# padding helpers
+
+
+def _pad_rows(
+    rows: Sequence[Tensor],
+    width: int,
+    pad_value: float | bool,
+    dtype: torch.dtype,
+    device: torch.device,
+    side: Literal["left", "right"] = "right",
+) -> Tensor:
+    """Stack 1-D ``rows`` (each at most ``width`` long) into ``(len(rows), width)``, padded on ``side``.
+
+    One C++ copy (``pad_sequence``); a dummy row of length ``width`` fixes the output width and is sliced
+    off again, so the result is a contiguous view of a ``(len(rows) + 1, width)`` storage.
+    """
+    cast = [r if r.dtype == dtype else r.to(dtype) for r in rows]
+    cast.append(torch.empty(width, dtype=dtype, device=device))
+    padded = pad_sequence(cast, batch_first=True, padding_value=float(pad_value), padding_side=side)
+    return padded[: len(rows)]
+
+
+def _first_too_long(lengths: Sequence[int], limit: int) -> int | None:
+    """Index of the first entry of ``lengths`` above ``limit``, or None."""
+    if not lengths or max(lengths) <= limit:
+        return None
+    return next(i for i, n in enumerate(lengths) if n > limit)
+
+
+def _require_nonempty(experiences: Sequence[Experience], where: str) -> None:
+    if len(experiences) == 0:
+        raise ValueError(f"{where}: got no experiences; pass at least one")
+
+
+def _response_tensor(exp: Experience, index: int, attr_name: str, where: str) -> Tensor:
+    """``exp.<attr_name>`` as a 1-D tensor, or a ValueError naming the experience and attribute."""
+    try:
+        value = getattr(exp, attr_name)
+    except AttributeError:
+        raise ValueError(f"{where}: Experience has no attribute {attr_name!r}") from None
+    if value is None:
+        raise ValueError(
+            f"{where}: experience {index} ({exp.eid.uid}) has {attr_name}=None; set it on every experience "
+            f"or leave the field out of the batch"
+        )
+    if not isinstance(value, Tensor) or value.dim() != 1:
+        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise ValueError(
+            f"{where}: experience {index} has {attr_name} of shape {shape}; a 1-D tensor is needed"
+        )
+    return value
+
+
+def _token_rows(experiences: Sequence[Experience], where: str) -> tuple[list[Tensor], list[int], list[int]]:
+    """Tokens, prompt lengths and total lengths of every experience, validated."""
+    tokens = [exp.tokens for exp in experiences]
+    if any(t is None or t.dim() != 1 for t in tokens):
+        i = next(i for i, t in enumerate(tokens) if t is None or t.dim() != 1)
+        raise ValueError(
+            f"{where}: experience {i} ({experiences[i].eid.uid}) needs 1-D tokens, got {tokens[i]!r}"
+        )
+    present: list[Tensor] = tokens  # type: ignore[assignment]  # no None left (checked above)
+    prompts = [exp.prompt_length for exp in experiences]
+    totals = [t.numel() for t in present]
+    for i, (p, n) in enumerate(zip(prompts, totals, strict=True)):
+        if p < 0 or p > n:
+            raise ValueError(
+                f"{where}: experience {i} has prompt_length={p} but {n} tokens; need 0 <= prompt_length <= "
+                f"len(tokens)"
+            )
+    return present, prompts, totals
+
+
+def _check_limits(
+    prompts: Sequence[int],
+    responses: Sequence[int],
+    max_prompt_length: int,
+    max_response_length: int,
+    where: str,
+) -> None:
+    bad = _first_too_long(prompts, max_prompt_length)
+    if bad is not None:
+        raise ValueError(
+            f"{where}: experience {bad} has a prompt of {prompts[bad]} tokens, longer than "
+            f"max_prompt_length={max_prompt_length}; raise the limit or truncate the prompt"
+        )
+    bad = _first_too_long(responses, max_response_length)
+    if bad is not None:
+        raise ValueError(
+            f"{where}: experience {bad} has a response of {responses[bad]} tokens, longer than "
+            f"max_response_length={max_response_length}; raise the limit or truncate the response"
+        )
+
+
+def _scatter_token_ids(
+    tokens: Sequence[Tensor],
+    prompts: Sequence[int],
+    totals: Sequence[int],
+    max_prompt_length: int,
+    max_response_length: int,
+    pad_token_id: int,
+) -> Tensor:
+    """``[B, P+R]``: row i is ``pad * (P - p_i) || tokens_i || pad * (R + p_i - len_i)``.
+
+    Each token is copied once, straight into place: a flat view per row and one batched
+    ``torch._foreach_copy_`` (measured ~2x faster than ``cat`` + ``masked_scatter_``).
+    """
+    dtype, device = tokens[0].dtype, tokens[0].device
+    width = max_prompt_length + max_response_length
+    out = torch.full((len(tokens), width), pad_token_id, dtype=dtype, device=device)
+    flat = out.view(-1)
+    offset = max_prompt_length
+    targets = [
+        flat.narrow(0, i * width + offset - p, n)
+        for i, (p, n) in enumerate(zip(prompts, totals, strict=True))
+    ]
+    torch._foreach_copy_(targets, list(tokens))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# gather functions (seed API)
+
+
+def gather_token_ids(
+    experiences: Sequence[Experience], max_prompt_length: int, max_response_length: int, pad_token_id: int
+) -> Tensor:
+    """Token ids of all experiences as ``[B, P + R]``, ``P = max_prompt_length``, ``R = max_response_length``.
+
+    Row ``i`` is ``pad * (P - prompt_length_i) || tokens_i || pad * (R - response_length_i)``: the prompt
+    is left-padded so that every response starts at column ``P``; the response is right-padded. The dtype
+    is that of the first experience's tokens.
+
+    Raises ValueError when an experience has no tokens, or a prompt longer than ``P`` or a response
+    longer than ``R`` (the message names the experience's index).
+    """
+    where = "gather_token_ids"
+    _require_nonempty(experiences, where)
+    tokens, prompts, totals = _token_rows(experiences, where)
+    responses = [n - p for p, n in zip(prompts, totals, strict=True)]
+    _check_limits(prompts, responses, max_prompt_length, max_response_length, where)
+    return _scatter_token_ids(tokens, prompts, totals, max_prompt_length, max_response_length, pad_token_id)
+
+
+def gather_action_masks(experiences: Sequence[Experience], max_response_length: int) -> Tensor:
+    """Action masks as ``[B, R]`` bool: ``action_mask_i || False * (R - len(action_mask_i))`` (right-padded).
+
+    Raises ValueError when an experience has no ``action_mask`` or one longer than ``R``.
+    """
+    return gather_response_attrs(experiences, "action_mask", max_response_length, pad_value=0).to(torch.bool)
+
+
+def gather_attention_masks(
+    experiences: Sequence[Experience], max_prompt_length: int, max_response_length: int
+) -> Tensor:
+    """Attention masks matching :func:`gather_token_ids`: ``[B, P + R]`` bool.
+
+    Row ``i`` is True on columns ``[P - prompt_length_i, P - prompt_length_i + len(tokens_i))`` (the real
+    tokens) and False on the padding.
+    """
+    where = "gather_attention_masks"
+    _require_nonempty(experiences, where)
+    tokens, prompts, totals = _token_rows(experiences, where)
+    responses = [n - p for p, n in zip(prompts, totals, strict=True)]
+    _check_limits(prompts, responses, max_prompt_length, max_response_length, where)
+    device = tokens[0].device
+    start = max_prompt_length - torch.tensor(prompts, dtype=torch.int64, device=device)
+    stop = start + torch.tensor(totals, dtype=torch.int64, device=device)
+    col = torch.arange(max_prompt_length + max_response_length, device=device)
+    return (col >= start[:, None]) & (col < stop[:, None])
+
+
+def gather_response_attrs(
+    experiences: Sequence[Experience], attr_name: str, max_response_length: int, pad_value: int = 0
+) -> Tensor:
+    """The response-aligned attribute ``attr_name`` of all experiences as ``[B, R]``, right-padded.
+
+    Row ``i`` is ``attr_i || pad_value * (R - len(attr_i))``; the dtype is that of the first experience's
+    attribute (the others are cast to it).
+
+    Raises ValueError when an experience lacks the attribute (or has None), when it is not 1-D, or when
+    it is longer than ``R``.
+    """
+    where = f"gather_response_attrs({attr_name!r})"
+    _require_nonempty(experiences, where)
+    rows = [_response_tensor(exp, i, attr_name, where) for i, exp in enumerate(experiences)]
+    lengths = [len(r) for r in rows]
+    bad = _first_too_long(lengths, max_response_length)
+    if bad is not None:
+        raise ValueError(
+            f"{where}: experience {bad} has {lengths[bad]} entries, more than "
+            f"max_response_length={max_response_length}"
+        )
+    return _pad_rows(rows, max_response_length, pad_value, rows[0].dtype, rows[0].device)
+
+
+def gather_multi_modal_inputs(experiences: Sequence[Experience]) -> dict[str, Tensor]:
+    """Multi-modal inputs of all experiences, concatenated per key along dim 0.
+
+    For every key of the first experience's ``multi_modal_inputs``, the tensors of all experiences are
+    joined with ``torch.cat(dim=0)``, the way Hugging Face vision-language processors batch them (e.g.
+    ``pixel_values`` ``(n_i, C)`` -> ``(sum n_i, C)``, ``image_grid_thw`` ``(k_i, 3)`` -> ``(sum k_i, 3)``).
+    0-d values are stacked into ``(B,)``. The reference returned lists; to split the result per
+    experience, use the sizes ``exp.multi_modal_inputs[key].shape[0]``.
+
+    Raises ValueError when an experience has no multi-modal inputs, lacks a key of the first one, or its
+    tensor's trailing dimensions differ from the first experience's.
+    """
+    where = "gather_multi_modal_inputs"
+    _require_nonempty(experiences, where)
+    inputs: list[dict[str, Tensor]] = []
+    for i, exp in enumerate(experiences):
+        if exp.multi_modal_inputs is None:
+            raise ValueError(f"{where}: experience {i} ({exp.eid.uid}) has multi_modal_inputs=None")
+        inputs.append(exp.multi_modal_inputs)
+    out: dict[str, Tensor] = {}
+    for key, first in inputs[0].items():
+        values: list[Tensor] = []
+        for i, mm in enumerate(inputs):
+            if key not in mm:
+                raise ValueError(f"{where}: experience {i} lacks multi-modal key {key!r} of experience 0")
+            value = mm[key]
+            if value.dim() != first.dim() or value.shape[1:] != first.shape[1:]:
+                raise ValueError(
+                    f"{where}: {key!r} of experience {i} has shape {tuple(value.shape)}, incompatible with "
+                    f"{tuple(first.shape)} of experience 0 (all but the first dimension must match)"
+                )
+            values.append(value)
+        out[key] = torch.stack(values) if first.dim() == 0 else torch.cat(values)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# ExperienceBatch
+
+
+def _factorize(keys: Sequence[Any]) -> tuple[list[int], list[Any]]:
+    """Codes (numbered by first appearance) and the unique keys of ``keys``, at C speed."""
+    table: dict[Any, int] = dict.fromkeys(keys, 0)  # dicts keep insertion (first-appearance) order
+    for code, key in enumerate(table):
+        table[key] = code
+    return list(map(table.__getitem__, keys)), list(table)
+
+
+def _group_columns(eids: Sequence[EID]) -> tuple[dict[str, Tensor], dict[str, list[str]]]:
+    """Group index ``(N,)`` int64 and group ids for each level, groups numbered by first appearance.
+
+    Factorizes raw ``(batch, task)`` tuples first (cheap hashing) and renders ``tid`` only once per
+    distinct tuple, merging tuples that render alike (``task=3`` and ``task="3"`` are one task, as in
+    :class:`~trinity_core.experience.EID`); ``rid`` / ``sid`` extend the task's id by the escaped run /
+    step, exactly as the EID properties do.
+    """
+    task_codes, task_tuples = _factorize(list(map(attrgetter("batch", "task"), eids)))
+    tids = [EID(batch=b, task=t, suffix="").tid for b, t in task_tuples]
+    tid_codes, tid_names = _factorize(tids)
+    task_index = [tid_codes[c] for c in task_codes]
+    index = {"task": torch.tensor(task_index, dtype=torch.int64)}
+    keys = {"task": tid_names}
+    for level, attr in (("run", "run"), ("step", "step")):
+        codes, uniques = _factorize(list(zip(task_index, map(attrgetter(attr), eids), strict=True)))
+        names: list[str] = []
+        remap: list[int] = []
+        seen: dict[str, int] = {}
+        for task, value in uniques:
+            name = f"{tid_names[task]}/{escape_id_component(value)}"
+            remap.append(seen.setdefault(name, len(seen)))
+            if len(seen) > len(names):
+                names.append(name)
+        index[level] = torch.tensor(remap, dtype=torch.int64)[torch.tensor(codes, dtype=torch.int64)]
+        keys[level] = names
+    return index, keys
+
+
+@dataclass(eq=False)
+class ExperienceBatch:
+    """A list of experiences as columns: ``N`` experiences, prompts padded to ``P``, responses to ``R``.
+
+    Build it with :meth:`from_experiences`. Columns:
+
+    * ``input_ids`` ``(N, P + R)``: as :func:`gather_token_ids` (prompt left-padded, response
+      right-padded with ``pad_token_id``); ``responses`` ``(N, R)`` and ``prompts`` ``(N, P)`` are views.
+    * ``prompt_lengths``, ``response_lengths`` ``(N,)`` int64; ``response_mask`` ``(N, R)`` bool is
+      ``column < response_length``; ``attention_mask`` ``(N, P + R)`` bool marks the real tokens.
+    * ``rewards`` ``(N,)`` float64 with NaN where ``reward is None``, and ``has_reward`` ``(N,)`` bool.
+    * ``group_index[level]`` ``(N,)`` int64 for ``level`` in ``task`` / ``run`` / ``step`` (grouping by
+      ``eid.tid`` / ``eid.rid`` / ``eid.sid``): groups are numbered ``0 .. num_groups[level] - 1`` in
+      order of first appearance, the order of :func:`~trinity_core.experience.group_by`;
+      ``group_keys[level][g]`` is the id string of group ``g``.
+    * Response fields (:data:`BATCH_RESPONSE_FIELDS`: ``action_mask``, ``logprobs``, ``advantages``,
+      ``returns``, ``token_level_reward``, ``teacher_logprobs``) as ``(N, R)`` tensors right-padded with
+      0 (False for ``action_mask``), in the dtype of the first experience's value. **Presence rule:** a
+      field is gathered when every experience has it, is None when none has it, and a mix is a ValueError
+      (fill or drop the field first). A gathered field must have exactly ``response_length`` entries
+      per experience.
+
+    ``experiences`` keeps the source list: :meth:`write_back` and :meth:`to_experiences` use it. DPO
+    pairs are not accepted (split them with ``split_dpo_experience_to_single_turn`` first).
+    """
+
+    input_ids: Tensor
+    prompt_lengths: Tensor
+    response_lengths: Tensor
+    max_prompt_length: int
+    max_response_length: int
+    pad_token_id: int
+    rewards: Tensor
+    has_reward: Tensor
+    group_index: dict[str, Tensor]
+    group_keys: dict[str, list[str]]
+    experiences: list[Experience]
+    action_mask: Tensor | None = None
+    logprobs: Tensor | None = None
+    advantages: Tensor | None = None
+    returns: Tensor | None = None
+    token_level_reward: Tensor | None = None
+    teacher_logprobs: Tensor | None = None
+    _lengths: list[tuple[int, int]] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def from_experiences(
+        cls,
+        experiences: Sequence[Experience],
+        *,
+        pad_token_id: int = 0,
+        max_response_length: int | None = None,
+        max_prompt_length: int | None = None,
+    ) -> ExperienceBatch:
+        """Build the columns from ``experiences`` (each tensor is copied once into its padded column).
+
+        ``max_response_length`` / ``max_prompt_length`` default to the longest response / prompt; a
+        longer experience is a ValueError naming its index.
+        """
+        where = "ExperienceBatch.from_experiences"
+        exps = list(experiences)
+        for i, exp in enumerate(exps):
+            if exp.experience_type == "dpo":
+                raise ValueError(
+                    f"{where}: experience {i} ({exp.eid.uid}) is a DPO pair; split it with "
+                    f"split_dpo_experience_to_single_turn first"
+                )
+        tokens, prompts, totals = _token_rows(exps, where)
+        responses = [n - p for p, n in zip(prompts, totals, strict=True)]
+        P = max(prompts, default=0) if max_prompt_length is None else max_prompt_length
+        R = max(responses, default=0) if max_response_length is None else max_response_length
+        _check_limits(prompts, responses, P, R, where)
+        device = tokens[0].device if tokens else torch.device("cpu")
+        if tokens:
+            input_ids = _scatter_token_ids(tokens, prompts, totals, P, R, pad_token_id)
+        else:
+            input_ids = torch.full((0, P + R), pad_token_id, dtype=torch.int32)
+
+        gathered: dict[str, Tensor | None] = {}
+        for name in BATCH_RESPONSE_FIELDS:
+            gathered[name] = _gather_field(exps, name, responses, R, device, where)
+
+        raw_rewards = [exp.reward for exp in exps]
+        rewards = torch.tensor(
+            [math.nan if r is None else float(r) for r in raw_rewards], dtype=torch.float64
+        )
+        has_reward = torch.tensor([r is not None for r in raw_rewards], dtype=torch.bool)
+        group_index, group_keys = _group_columns([exp.eid for exp in exps])
+        return cls(
+            input_ids=input_ids,
+            prompt_lengths=torch.tensor(prompts, dtype=torch.int64, device=device),
+            response_lengths=torch.tensor(responses, dtype=torch.int64, device=device),
+            max_prompt_length=P,
+            max_response_length=R,
+            pad_token_id=pad_token_id,
+            rewards=rewards,
+            has_reward=has_reward,
+            group_index=group_index,
+            group_keys=group_keys,
+            experiences=exps,
+            _lengths=list(zip(prompts, totals, strict=True)),
+            **gathered,
+        )
+
+    def __len__(self) -> int:
+        return len(self.experiences)
+
+    @property
+    def num_groups(self) -> dict[str, int]:
+        """Number of groups per level (``task``, ``run``, ``step``)."""
+        return {level: len(keys) for level, keys in self.group_keys.items()}
+
+    @property
+    def responses(self) -> Tensor:
+        """Response token ids ``(N, R)``, right-padded with ``pad_token_id`` (a view of ``input_ids``)."""
+        return self.input_ids[:, self.max_prompt_length :]
+
+    @property
+    def prompts(self) -> Tensor:
+        """Prompt token ids ``(N, P)``, left-padded with ``pad_token_id`` (a view of ``input_ids``)."""
+        return self.input_ids[:, : self.max_prompt_length]
+
+    @property
+    def response_mask(self) -> Tensor:
+        """``(N, R)`` bool: True on the real response tokens (``column < response_length``)."""
+        col = torch.arange(self.max_response_length, device=self.response_lengths.device)
+        return col < self.response_lengths[:, None]
+
+    @property
+    def attention_mask(self) -> Tensor:
+        """``(N, P + R)`` bool: True on the real prompt and response tokens of ``input_ids``."""
+        col = torch.arange(self.input_ids.shape[1], device=self.prompt_lengths.device)
+        start = self.max_prompt_length - self.prompt_lengths
+        return (col >= start[:, None]) & (
+            col < (start + self.prompt_lengths + self.response_lengths)[:, None]
+        )
+
+    def group_sizes(self, level: GroupLevel = "task") -> Tensor:
+        """Experiences per group at ``level``: ``(num_groups[level],)`` int64."""
+        return torch.bincount(self.group_index[level], minlength=self.num_groups[level])
+
+    def to(self, device: torch.device | str) -> ExperienceBatch:
+        """A batch whose tensors live on ``device`` (group keys and source experiences are shared)."""
+        moved: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                moved[f.name] = value.to(device)
+        moved["group_index"] = {k: v.to(device) for k, v in self.group_index.items()}
+        return dataclasses.replace(self, **moved)
+
+    def write_back(self, field: str, experiences: Sequence[Experience] | None = None) -> None:
+        """Set ``field`` of each experience from the batch, as views of the batch's storage (no copy).
+
+        ``field`` is a response field (:data:`BATCH_RESPONSE_FIELDS`): experience ``i`` gets
+        ``getattr(batch, field)[i, :response_length_i]``, so later in-place changes of the batch show in
+        the experiences; or ``"reward"``: ``exp.reward = float(rewards[i])`` (None where ``has_reward``
+        is False). ``experiences`` defaults to the source list and must have ``len(batch)`` entries.
+        """
+        targets = self.experiences if experiences is None else list(experiences)
+        if len(targets) != len(self):
+            raise ValueError(
+                f"write_back: batch holds {len(self)} experiences, got {len(targets)} to write to"
+            )
+        if field == "reward":
+            values = self.rewards.tolist()
+            present = self.has_reward.tolist()
+            for exp, value, has in zip(targets, values, present, strict=True):
+                exp.reward = value if has else None
+            return
+        for exp, row in zip(targets, self._field_rows(field), strict=True):
+            setattr(exp, field, row)
+
+    def to_experiences(self) -> list[Experience]:
+        """New experiences whose tensor fields are views into this batch.
+
+        ``tokens`` views ``input_ids``, gathered response fields view their columns, ``reward`` comes from
+        ``rewards``; everything else is taken from the source experience (``info`` and ``metrics`` as
+        shallow copies, so editing a new experience's dict leaves the source alone).
+        """
+        P = self.max_prompt_length
+        tokens = [
+            row[P - p : P - p + n]
+            for row, (p, n) in zip(self.input_ids.unbind(0), self._lengths, strict=True)
+        ]
+        columns = {
+            name: self._field_rows(name) for name in BATCH_RESPONSE_FIELDS if getattr(self, name) is not None
+        }
+        rewards = self.rewards.tolist()
+        present = self.has_reward.tolist()
+        out: list[Experience] = []
+        for i, src in enumerate(self.experiences):
+            values = dict(src.__dict__)
+            values["tokens"] = tokens[i]
+            values["reward"] = rewards[i] if present[i] else None
+            values["info"] = dict(src.info)
+            values["metrics"] = dict(src.metrics)
+            for name, rows in columns.items():
+                values[name] = rows[i]
+            out.append(Experience._restore(values))
+        return out
+
+    def _field_rows(self, name: str) -> list[Tensor]:
+        """Per-experience views ``column[i, :response_length_i]`` of the response field ``name``."""
+        if name not in BATCH_RESPONSE_FIELDS:
+            raise ValueError(
+                f"write_back: unknown field {name!r}; choose one of {[*BATCH_RESPONSE_FIELDS, 'reward']}"
+            )
+        column = getattr(self, name)
+        if column is None:
+            raise ValueError(
+                f"write_back: the batch has no {name!r}; set batch.{name} to an (N, R) tensor first"
+            )
+        if column.dim() != 2 or column.shape[0] != len(self) or column.shape[1] < self.max_response_length:
+            raise ValueError(
+                f"write_back: batch.{name} has shape {tuple(column.shape)}, expected "
+                f"({len(self)}, {self.max_response_length})"
+            )
+        return [row[: n - p] for row, (p, n) in zip(column.unbind(0), self._lengths, strict=True)]
+
+
+def _gather_field(
+    exps: Sequence[Experience],
+    name: str,
+    responses: Sequence[int],
+    width: int,
+    device: torch.device,
+    where: str,
+) -> Tensor | None:
+    """``(N, width)`` column of the response field ``name`` following the presence rule, or None."""
+    rows = [getattr(exp, name) for exp in exps]
+    missing = sum(r is None for r in rows)
+    if missing == len(rows):
+        return None
+    if missing:
+        first = next(i for i, r in enumerate(rows) if r is None)
+        raise ValueError(
+            f"{where}: {name} is set on {len(rows) - missing} experiences but None on {missing} (first: "
+            f"index {first}); a batch column needs it on all or none: fill it in or set it to None everywhere"
+        )
+    present: list[Tensor] = rows
+    lengths = [r.numel() if r.dim() == 1 else -1 for r in present]
+    if lengths != list(responses):
+        bad = next(i for i, (n, m) in enumerate(zip(lengths, responses, strict=True)) if n != m)
+        raise ValueError(
+            f"{where}: experience {bad} has {name} of shape {tuple(present[bad].shape)} but a response of "
+            f"{responses[bad]} tokens; response fields need one entry per response token"
+        )
+    pad: float | bool = False if present[0].dtype == torch.bool else 0
+    return _pad_rows(present, width, pad, present[0].dtype, device)
