@@ -93,8 +93,7 @@ def run(sizes: list[int], repeat: int) -> tuple[list[Row], list[str]]:
             ),
         }
         for op, (ref_fn, our_fn) in pairs.items():
-            # The reference is much slower: fewer rounds keep the suite short without changing medians much.
-            ref_s = best_time(ref_fn, repeat=max(1, repeat // 2), min_time=0.0)
+            ref_s = best_time(ref_fn, repeat=repeat)
             our_s = best_time(our_fn, repeat=repeat)
             rows.append(Row(case, op, ref_s, our_s, TARGETS[op]))
     return rows, notes

@@ -310,6 +310,26 @@ def test_bad_scalar_and_custom_field_dtype() -> None:
         serialize_many([exp])
 
 
+def test_varying_float_rewards_travel_bit_exact_in_the_blob() -> None:
+    rewards = [0.1, -0.0, float("nan"), float("inf"), 1e-300]
+    exps = [Experience(tokens=[1, 2], prompt_length=1, reward=r) for r in rewards]
+    payload = serialize_many(exps)
+    header_len = struct.unpack_from("<Q", payload, 5)[0]
+    assert json.loads(payload[21 : 21 + header_len])["columns"]["reward"] == {"f64": "column.reward"}
+    back = [exp.reward for exp in deserialize_many(payload)]
+    assert [struct.pack("<d", r) for r in back] == [struct.pack("<d", r) for r in rewards]
+
+
+@pytest.mark.parametrize(
+    "tensor", [torch.zeros(2, dtype=torch.float64), torch.zeros(3, dtype=torch.float32), torch.zeros(3, 1)]
+)
+def test_reward_tensor_of_the_wrong_dtype_or_shape_is_rejected(tensor: torch.Tensor) -> None:
+    from trinity_core.codec import _decode_reward_tensor, _Malformed
+
+    with pytest.raises(_Malformed, match="must be float64 of shape"):
+        _decode_reward_tensor({"f64": "column.reward"}, 3, {"column.reward": tensor}, set())
+
+
 def test_numpy_reward_is_accepted_as_float() -> None:
     exp = Experience(tokens=[1, 2], prompt_length=1, reward=np.float64(0.5))  # type: ignore[arg-type]
     assert deserialize_many(serialize_many([exp]))[0].reward == 0.5
@@ -343,7 +363,9 @@ def sample_payload() -> bytes:
         (lambda h: h.update(n=2**24) or h["columns"].update({"eid.suffix": {"c": "s"}}), "unknown form"),
         (lambda h: h["columns"].pop("eid.suffix"), "required column"),
         (lambda h: h["columns"].update(eid_suffix={"c": "x"}), "unknown columns"),
-        (lambda h: h["columns"]["reward"].update(v=["a", "b", "c"]), "wrong type"),
+        (lambda h: h["columns"].update(reward={"v": ["a", "b", "c"]}), "wrong type"),
+        (lambda h: h["columns"].update(reward={"f64": "tokens"}), "the f64 form must name"),
+        (lambda h: h["columns"].update(reward={"f64": "column.reward", "v": [1]}), "one key"),
         (lambda h: h["columns"].update(experience_type={"c": "rlhf"}), "unknown experience type"),
         (lambda h: h["tensors"]["tokens"].update(lens=[3, 4, 4]), "lengths sum"),
         (lambda h: h["tensors"]["tokens"].update(lens=[3, 4, -1, 6]), "3 items"),

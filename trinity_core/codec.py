@@ -149,6 +149,8 @@ _JSON_COLUMNS: dict[str, type[dict[str, Any]] | None] = {
     "chosen_messages": None,
     "rejected_messages": None,
 }
+#: Blob key of the ``reward`` column when it travels as a float64 tensor (``{"f64": key}``).
+_REWARD_KEY = "column.reward"
 #: Always written as a full list, so that the header's size bounds the number of experiences it can
 #: claim (a few bytes of header can never make the decoder build millions of objects).
 _COUNTED_COLUMN = "eid.suffix"
@@ -209,7 +211,7 @@ def _json_column(name: str, values: list[Any], default: type[dict[str, Any]] | N
             values = [dict(v) for v in values]
         if not any(values):
             return None
-    elif all(value is None for value in values):
+    elif values.count(None) == len(values):
         return None
     try:
         encoded = [to_json_value(value) for value in values]
@@ -325,12 +327,12 @@ def _tensor_field(
     (dtype,) = dtypes
     spec["dtype"] = _DTYPE_NAMES[dtype]
     shapes = list(map(_SHAPE, tensors))
-    if set(map(len, shapes)) == {1}:
+    if len(shapes[0]) == 1 and shapes.count(shapes[0]) == len(shapes):  # the common case: one length
+        spec["len"] = shapes[0][0]
+        total = shapes[0][0] * len(shapes)
+    elif set(map(len, shapes)) == {1}:
         lens = list(map(_FIRST, shapes))
-        if lens.count(lens[0]) == len(lens):
-            spec["len"] = lens[0]
-        else:
-            spec["lens"] = lens
+        spec["lens"] = lens
         total = sum(lens)
     else:
         spec["shapes"] = list(map(list, shapes))
@@ -341,7 +343,7 @@ def _tensor_field(
 
 def _multi_modal(experiences: Sequence[Experience], blob: list[_BlobEntry]) -> dict[str, Any] | None:
     values = [exp.multi_modal_inputs for exp in experiences]
-    if all(value is None for value in values):
+    if values.count(None) == len(values):
         return None
     present: list[int] = []
     keys: list[list[str]] = []
@@ -428,11 +430,12 @@ def serialize_many(experiences: Sequence[Experience]) -> bytes:
     belongs, a tensor dtype outside :data:`TENSOR_DTYPES`).
     """
     experiences = list(experiences)
-    for index, exp in enumerate(experiences):
-        if not isinstance(exp, Experience):
-            raise ExperienceEncodeError(
-                f"experiences[{index}]: expected an Experience, got {type(exp).__name__}"
-            )
+    if set(map(type, experiences)) - {Experience}:  # subclasses and wrong types: check one by one
+        for index, exp in enumerate(experiences):
+            if not isinstance(exp, Experience):
+                raise ExperienceEncodeError(
+                    f"experiences[{index}]: expected an Experience, got {type(exp).__name__}"
+                )
     count = len(experiences)
     columns: dict[str, Any] = {}
     for name, (getter, allowed, default) in _SCALAR_COLUMNS.items():
@@ -457,6 +460,13 @@ def serialize_many(experiences: Sequence[Experience]) -> bytes:
         columns["custom_fields"] = custom
 
     blob: list[_BlobEntry] = []
+    reward = columns.get("reward")
+    if reward is not None and "v" in reward and set(map(type, reward["v"])) == {float}:
+        # Varying float rewards travel as one float64 tensor: bit-exact (NaN payloads and -0.0 kept)
+        # and far cheaper than writing and parsing thousands of float literals in the JSON header.
+        reward_tensor = torch.tensor(reward["v"], dtype=torch.float64)
+        blob.append(_BlobEntry(_REWARD_KEY, torch.float64, [count], [reward_tensor]))
+        columns["reward"] = {"f64": _REWARD_KEY}
     tensors: dict[str, Any] = {}
     for field in TENSOR_FIELDS:
         spec = _tensor_field(field, experiences, blob)
@@ -531,8 +541,23 @@ def _column_spec(name: str, spec: Any, count: int, forms: tuple[str, ...]) -> tu
     return form, payload
 
 
+def _decode_reward_tensor(
+    spec: dict[str, Any], count: int, blob: dict[str, Tensor], used: set[str]
+) -> _Column:
+    _require(spec == {"f64": _REWARD_KEY}, f"column 'reward': the f64 form must name {_REWARD_KEY!r}")
+    values = _blob_tensor(blob, _REWARD_KEY, used)
+    _require(
+        values.dtype == torch.float64 and tuple(values.shape) == (count,),
+        f"column 'reward': blob tensor must be float64 of shape ({count},)",
+    )
+    rewards: list[Any] = values.tolist()
+    return rewards
+
+
 def _decode_scalar(name: str, spec: Any, count: int) -> _Column:
     _, allowed, default = _SCALAR_COLUMNS[name]
+    if name == "reward" and type(spec) is dict and spec.keys() == {"f64"}:
+        return _Same(None)  # placeholder: the values live in the blob, read by _decode_reward_tensor
     if spec is None:
         _require(default is not _REQUIRED or count == 0, f"required column {name!r} is missing")
         return _Same(default)
@@ -593,6 +618,64 @@ def _check_bool(tensor: Tensor, what: str) -> None:
         _require(
             int(tensor.reshape(-1).view(torch.uint8).numpy().max()) <= 1, f"{what}: bool bytes must be 0 or 1"
         )
+
+
+_DTYPES_BY_CODE: dict[str, torch.dtype] = {code: dtype for dtype, code in _SAFETENSORS_CODES.items()}
+_MAX_DIMS = 64
+
+
+def _read_safetensors(view: memoryview) -> dict[str, Tensor]:
+    """Parse the safetensors blob of a payload into tensors, checking every rule of the format.
+
+    The layout is safetensors' own (``u64`` header length, JSON header of ``dtype`` / ``shape`` /
+    ``data_offsets`` per tensor, then the data, which the tensors must tile exactly with no gap or
+    overlap). Reading it here instead of through ``safetensors.torch.load`` copies the data once, into
+    one writable buffer that every tensor views, where the library makes two copies (into a new
+    ``bytes`` and then per tensor). Every offset, size, dtype code and shape is validated before any
+    tensor is made; offsets must also be aligned to the element size, which our writer guarantees.
+    """
+    _require(len(view) >= 8, f"safetensors blob of {len(view)} bytes is shorter than its 8-byte length")
+    (header_len,) = struct.unpack_from("<Q", view)
+    _require(header_len <= len(view) - 8, f"safetensors header length {header_len} exceeds the blob")
+    header = json.loads(bytes(view[8 : 8 + header_len]))
+    _require(type(header) is dict, "safetensors header must be a JSON object")
+    header.pop("__metadata__", None)
+    data_len = len(view) - 8 - header_len
+    spans: list[tuple[int, int, str, torch.dtype, list[int]]] = []
+    for name, entry in header.items():
+        what = f"safetensors entry {name!r}"
+        _require(
+            type(entry) is dict and entry.keys() == {"dtype", "shape", "data_offsets"}, f"{what}: bad keys"
+        )
+        dtype = _DTYPES_BY_CODE.get(entry["dtype"]) if type(entry["dtype"]) is str else None
+        _require(dtype is not None, f"{what}: dtype {entry['dtype']!r} is not allowed")
+        assert dtype is not None
+        shape = entry["shape"]
+        _require(type(shape) is list and len(shape) <= _MAX_DIMS, f"{what}: shape must be a short list")
+        _ints(shape, f"{what}.shape")
+        _require(all(dim >= 0 for dim in shape), f"{what}: negative dimension")
+        offsets = _ints(entry["data_offsets"], f"{what}.data_offsets")
+        _require(len(offsets) == 2, f"{what}: data_offsets must be [begin, end]")
+        begin, end = offsets
+        _require(0 <= begin <= end <= data_len, f"{what}: data_offsets {offsets} outside 0..{data_len}")
+        _require(end - begin == _numel(shape) * dtype.itemsize, f"{what}: byte size does not match its shape")
+        _require(begin % dtype.itemsize == 0, f"{what}: data is not aligned to its element size")
+        spans.append((begin, end, name, dtype, shape))
+    spans.sort()
+    position = 0
+    for begin, end, name, _, _ in spans:
+        _require(begin == position, f"safetensors entry {name!r} leaves a gap or overlaps at byte {position}")
+        position = end
+    _require(position == data_len, f"safetensors data has {data_len - position} trailing bytes")
+    buffer = bytearray(view[8 + header_len :])
+    tensors: dict[str, Tensor] = {}
+    for begin, end, name, dtype, shape in spans:
+        if end == begin:
+            tensors[name] = torch.empty(shape, dtype=dtype)
+        else:
+            flat = torch.frombuffer(buffer, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=begin)
+            tensors[name] = flat.view(shape)
+    return tensors
 
 
 def _blob_tensor(blob: dict[str, Tensor], key: str, used: set[str]) -> Tensor:
@@ -769,12 +852,15 @@ def _decode(data: bytes) -> list[Experience]:
         fields[name] = _decode_json_column(name, columns.get(name), count)
     fields["custom_fields"] = _decode_custom_fields(columns.get("custom_fields"), count)
 
-    blob = _st_load(bytes(blob_view))
+    blob = _read_safetensors(blob_view)
     used: set[str] = set()
     for field in TENSOR_FIELDS:
         spec = tensor_specs.get(field)
         fields[field] = _Same(None) if spec is None else _decode_tensor_field(field, spec, count, blob, used)
     fields["multi_modal_inputs"] = _decode_multi_modal(header.get("mm"), count, blob, used)
+    reward_spec = columns.get("reward")
+    if type(reward_spec) is dict and reward_spec.keys() == {"f64"}:
+        fields["reward"] = _decode_reward_tensor(reward_spec, count, blob, used)
     unexpected = sorted(blob.keys() - used)[:5]
     _require(not unexpected, f"safetensors blob holds unexpected tensors: {unexpected}")
     fields["eid"] = _instances(EID, _records(_EID_NAMES, eid_columns, count))
