@@ -9,8 +9,8 @@ an action mask, a reward and an EID. Each side is timed on its own objects: ours
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -61,41 +61,51 @@ def run(sizes: list[int], repeat: int) -> tuple[list[Row], list[str]]:
 
     rows: list[Row] = []
     notes: list[str] = []
+    sides = {
+        "reference": (
+            ref.Experience,
+            ref.EID,
+            ref.Experience.serialize_many,
+            ref.Experience.deserialize_many,
+            ref.to_hf_datasets,
+            ref.from_hf_datasets,
+        ),
+        "ours": (
+            Experience,
+            EID,
+            ours_codec.serialize_many,
+            ours_codec.deserialize_many,
+            ours_hf.to_hf_datasets,
+            ours_hf.from_hf_datasets,
+        ),
+    }
     for n in sizes:
         fields = make_fields(n)
-        ref_exps = build(ref.Experience, fields, ref.EID)
-        our_exps = build(Experience, fields, EID)
+        times: dict[str, dict[str, float]] = {}
+        sizes_bytes: dict[str, int] = {}
+        for side, (cls, eid_cls, ser, deser, to_ds, from_ds) in sides.items():
+            # Each side is measured with only its own objects alive, so neither pays for the
+            # other's heap.
+            exps = build(cls, fields, eid_cls)
+            payload = ser(exps)
+            dataset = to_ds(exps)
+            sizes_bytes[side] = len(payload)
+            times[side] = {
+                "serialize_many": best_time(partial(ser, exps), repeat=repeat),
+                "deserialize_many": best_time(partial(deser, payload), repeat=repeat),
+                "to_hf_datasets": best_time(partial(to_ds, exps), repeat=repeat),
+                "from_hf_datasets": best_time(partial(from_ds, dataset), repeat=repeat),
+            }
+            del exps, payload, dataset
+            gc.collect()
         case = f"N={n:,}"
-        ref_payload = ref.Experience.serialize_many(ref_exps)
-        our_payload = ours_codec.serialize_many(our_exps)
+        for op, target in TARGETS.items():
+            rows.append(Row(case, op, times["reference"][op], times["ours"][op], target))
+        ref_b, our_b = sizes_bytes["reference"], sizes_bytes["ours"]
         notes.append(
-            f"{case}: payload reference {len(ref_payload) / 2**20:.2f} MiB, ours "
-            f"{len(our_payload) / 2**20:.2f} MiB ({len(our_payload) / len(ref_payload):.3f} of the reference)"
+            f"{case}: payload reference {ref_b / 2**20:.2f} MiB, ours {our_b / 2**20:.2f} MiB "
+            f"({our_b / ref_b:.3f} of the reference)"
         )
-        ref_ds = ref.to_hf_datasets(ref_exps)
-        our_ds = ours_hf.to_hf_datasets(our_exps)
-        pairs: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
-            "serialize_many": (
-                partial(ref.Experience.serialize_many, ref_exps),
-                partial(ours_codec.serialize_many, our_exps),
-            ),
-            "deserialize_many": (
-                partial(ref.Experience.deserialize_many, ref_payload),
-                partial(ours_codec.deserialize_many, our_payload),
-            ),
-            "to_hf_datasets": (
-                partial(ref.to_hf_datasets, ref_exps),
-                partial(ours_hf.to_hf_datasets, our_exps),
-            ),
-            "from_hf_datasets": (
-                partial(ref.from_hf_datasets, ref_ds),
-                partial(ours_hf.from_hf_datasets, our_ds),
-            ),
-        }
-        for op, (ref_fn, our_fn) in pairs.items():
-            ref_s = best_time(ref_fn, repeat=repeat)
-            our_s = best_time(our_fn, repeat=repeat)
-            rows.append(Row(case, op, ref_s, our_s, TARGETS[op]))
     return rows, notes
 
 

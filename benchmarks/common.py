@@ -14,7 +14,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_DIR = Path(os.environ.get("TRINITY_REFERENCE_DIR", ROOT / ".ref"))
-STUB_DIR = ROOT / "tests" / "_refstub"
+STUB_DIR = ROOT / "trinity_core" / "testing" / "_refstub"
 
 
 def add_reference_to_path() -> None:

@@ -75,6 +75,17 @@ def sequence_mean_kl(kl: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return per_row.sum(), (count > 0).sum()
 
 
+def _zero_masked(valid: Tensor, values: Tensor) -> Tensor:
+    """``values`` with masked positions set to 0 before any estimator sees them.
+
+    Masking only the estimator's output is not enough: the gradient of a non-linear estimator at a
+    NaN input is NaN, and ``0 * NaN`` is NaN, so a NaN planted at a padded position would reach the
+    parameters. Zeroing the inputs with ``torch.where`` keeps both value and gradient clean for every
+    KL function, including third-party ones.
+    """
+    return torch.where(valid, values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
 class KLFn(LossAggregation, Component, ABC):
     """Base of KL functions: implement :meth:`calculate_kl`; penalty and loss paths come with it.
 
@@ -167,7 +178,9 @@ class KLFn(LossAggregation, Component, ABC):
         if ref_logprob is None:
             zero = torch.zeros((), dtype=torch.float64, device=token_level_scores.device)
             return token_level_scores, {"kl": zero, "kl_coef": self.kl_coef}
-        kl = self.calculate_kl(logprob, ref_logprob) * response_mask
+        valid = response_mask.bool()
+        logprob, ref_logprob = _zero_masked(valid, logprob), _zero_masked(valid, ref_logprob)
+        kl = torch.where(valid, self.calculate_kl(logprob, ref_logprob), 0.0)
         beta = self.kl_coef.to(kl.device)
         rewards = token_level_scores - (beta * kl).to(token_level_scores.dtype)
         total, rows = sequence_mean_kl(kl, response_mask)
@@ -189,7 +202,12 @@ class KLFn(LossAggregation, Component, ABC):
         ``loss_agg_mode`` is the algorithm's mode, used when this component's own is unset. For an
         adaptive coefficient the per-sequence KL is recorded (on device) for :meth:`update_kl_coef`.
         """
-        kl = self.calculate_kl(logprob, ref_logprob, old_logprob)
+        valid = response_mask.bool()
+        kl = self.calculate_kl(
+            _zero_masked(valid, logprob),
+            _zero_masked(valid, ref_logprob),
+            None if old_logprob is None else _zero_masked(valid, old_logprob),
+        )
         with self._aggregation_context(loss_scale, loss_agg_mode):
             value = self.aggregate(kl, response_mask)
         if isinstance(self.controller, AdaptiveKLController):

@@ -1,0 +1,151 @@
+"""Vectorized GRPO arithmetic on flat per-experience tensors (no Python loop, no host synchronisation).
+
+Every function takes ``(N,)`` tensors plus the group index of each experience and returns tensors on the
+same device; nothing reads a tensor value on the host (no ``.item()``, no ``bool(tensor)``, no boolean
+indexing), so the functions also run on the ``meta`` device, which is how the tests prove it.
+
+Notation for one group ``g`` of ``n_g`` experiences with rewards ``r_i``:
+
+* rank correction (``rank_penalty = p``): ``r'_i = r_i · (1 − p · k_i / n_g)`` where ``k_i`` in
+  ``0 .. n_g − 1`` is the rank of the experience's masked mean log-prob inside its group (0 = lowest; ties
+  keep batch order). Without a penalty ``r' = r``.
+* ``μ_g = mean(r')``, ``σ_g = std_unbiased(r')`` in float64 over the experiences of groups with at least
+  two members (singleton groups take part in no statistic);
+* ``A_i = (r'_i − μ_g) / (σ + ε)`` with ``σ = σ_g`` (``std_cal_level="group"``) or ``σ_batch`` = the
+  unbiased std of ``r'`` over every experience of a non-singleton group (``"batch"``);
+* ``A_i = 0`` for singletons and for zero-variance groups (``σ_g ≤ ZERO_STD_RTOL · max_i |r'_i|``);
+* with ``std_threshold = t``: keep an experience iff its group is not a singleton and ``σ_g > t``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import torch
+from torch import Tensor
+
+from trinity_core.ops import group_stats, masked_mean, segment_count
+
+__all__ = [
+    "ZERO_STD_RTOL",
+    "GRPOScores",
+    "group_ranks",
+    "grpo_scores",
+    "mean_logprob",
+    "rank_corrected_rewards",
+]
+
+ZERO_STD_RTOL: Final[float] = 1e-12
+"""A group is zero-variance when ``σ_g ≤ ZERO_STD_RTOL · max |r'|`` (float64 noise of a few ulps)."""
+
+
+def mean_logprob(logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Masked mean log-prob per row ``(N,)`` float64: ``Σ_t m·lp / max(Σ_t m, 1)`` (0 for empty rows)."""
+    return masked_mean(logprobs.to(torch.float64), mask, dim=-1)
+
+
+def group_ranks(values: Tensor, index: Tensor, num_groups: int) -> Tensor:
+    """Rank ``(N,)`` int64 of each value inside its group, ascending, ties broken by position.
+
+    ``k_i = #{j in group(i) : v_j < v_i or (v_j == v_i and j < i)}``: two stable sorts (by value, then by
+    group) give the order; the rank is the position in that order minus the group's first position.
+    """
+    n = values.shape[0]
+    order = torch.argsort(values, stable=True)
+    order = order[torch.argsort(index[order], stable=True)]
+    counts = segment_count(index, num_groups)
+    starts = torch.cumsum(counts, 0) - counts
+    position = torch.empty_like(order)
+    position[order] = torch.arange(n, device=values.device)
+    return position - starts[index]
+
+
+def rank_corrected_rewards(
+    rewards: Tensor, index: Tensor, num_groups: int, logprob_means: Tensor, rank_penalty: float
+) -> Tensor:
+    """``r'_i = r_i · (1 − p · k_i / n_g)`` in float64 (see the module docstring)."""
+    sizes = segment_count(index, num_groups)[index].to(torch.float64)
+    ranks = group_ranks(logprob_means, index, num_groups).to(torch.float64)
+    return rewards.to(torch.float64) * (1.0 - rank_penalty * ranks / sizes)
+
+
+@dataclass(frozen=True, eq=False)
+class GRPOScores:
+    """Result of :func:`grpo_scores`.
+
+    Attributes:
+        advantages: ``(N,)`` float64, one score per experience.
+        keep: ``(N,)`` bool, experiences that pass ``std_threshold`` (all True without a threshold).
+        group_mean: ``(G,)`` float64 ``μ_g`` (0 for singleton groups).
+        group_std: ``(G,)`` float64 ``σ_g`` (0 for singleton groups).
+        group_valid: ``(G,)`` bool, groups with at least two members (the ones with statistics).
+        batch_std: 0-d float64 ``σ_batch`` (computed in both modes, used only in ``"batch"`` mode).
+        rewards: ``(N,)`` float64 ``r'``, the rewards the statistics were computed from.
+    """
+
+    advantages: Tensor
+    keep: Tensor
+    group_mean: Tensor
+    group_std: Tensor
+    group_valid: Tensor
+    batch_std: Tensor
+    rewards: Tensor
+
+
+def grpo_scores(
+    rewards: Tensor,
+    index: Tensor,
+    num_groups: int,
+    *,
+    epsilon: float = 1e-6,
+    std_threshold: float | None = None,
+    rank_penalty: float | None = None,
+    std_cal_level: Literal["group", "batch"] = "group",
+    logprob_means: Tensor | None = None,
+) -> GRPOScores:
+    """GRPO scores of a whole batch at once (formulas in the module docstring).
+
+    Args:
+        rewards: ``(N,)`` finite rewards (any float dtype; computed in float64).
+        index: ``(N,)`` int64 group of each experience, in ``[0, num_groups)``.
+        num_groups: number of groups ``G``.
+        epsilon: added to the standard deviation before dividing.
+        std_threshold: drop groups with ``σ_g ≤ std_threshold`` (and singletons); None keeps all.
+        rank_penalty: ``p`` of the rank correction; requires ``logprob_means``.
+        std_cal_level: ``"group"`` (divide by ``σ_g``) or ``"batch"`` (divide by ``σ_batch``).
+        logprob_means: ``(N,)`` masked mean log-prob per experience (:func:`mean_logprob`).
+    """
+    if rank_penalty is not None:
+        if logprob_means is None:
+            raise ValueError("grpo_scores: rank_penalty needs logprob_means (the masked mean log-prob)")
+        r = rank_corrected_rewards(rewards, index, num_groups, logprob_means, rank_penalty)
+    else:
+        r = rewards.to(torch.float64)
+    counts = segment_count(index, num_groups)
+    group_valid = counts > 1
+    member = group_valid[index]
+    stats = group_stats(r, index, num_groups, valid_mask=member)
+    scale = torch.zeros(num_groups, dtype=torch.float64, device=r.device).scatter_reduce(
+        0, index, torch.where(member, r.abs(), 0.0), reduce="amax"
+    )
+    zero_var = stats.std_unbiased <= ZERO_STD_RTOL * scale
+    whole = group_stats(r, torch.zeros_like(index), 1, valid_mask=member)
+    batch_std = whole.std_unbiased[0]
+    sigma = batch_std if std_cal_level == "batch" else stats.std_unbiased[index]
+    scores = (r - stats.mean[index]) / (sigma + epsilon)
+    active = member & ~zero_var[index]
+    advantages = torch.where(active, scores, 0.0)
+    if std_threshold is None:
+        keep = torch.ones_like(member)
+    else:
+        keep = member & (stats.std_unbiased[index] > std_threshold)
+    return GRPOScores(
+        advantages=advantages,
+        keep=keep,
+        group_mean=stats.mean,
+        group_std=stats.std_unbiased,
+        group_valid=group_valid,
+        batch_std=batch_std,
+        rewards=r,
+    )

@@ -1,0 +1,58 @@
+"""GRPO metrics as 0-d tensors, computed without host synchronisation.
+
+Both computation paths (per group and vectorized) report the same keys:
+
+* ``group_advantages/reward_mean/{mean,max,min}`` and ``group_advantages/reward_std/{mean,max,min}``:
+  ``μ_g`` and ``σ_g`` summarised over the groups with at least two members (0 when there are none;
+  singleton groups are excluded instead of contributing the reference's placeholder 0 and 1);
+* ``group_advantages/singleton_count``: experiences alone in their group (advantage 0, or dropped
+  when ``std_threshold`` is set);
+* ``group_advantages/batch_reward_std``: ``σ_batch``, only with ``std_cal_level="batch"``;
+* ``filtered_count`` (unprefixed, as in the reference): experiences dropped by ``std_threshold``,
+  singletons included.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["PREFIX", "grpo_metrics", "masked_summary"]
+
+PREFIX = "group_advantages"
+
+
+def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
+    """``{prefix}/{name}/mean|max|min`` of ``values[mask]`` as 0-d float64 tensors; 0 when none is selected.
+
+    Uses ``torch.where`` instead of boolean indexing, so the result never depends on a host read.
+    """
+    v = values.detach().to(torch.float64)
+    n = mask.sum()
+    any_selected = n > 0
+    total = torch.where(mask, v, 0.0).sum()
+    high = torch.where(mask, v, -torch.inf).amax() if v.numel() else total
+    low = torch.where(mask, v, torch.inf).amin() if v.numel() else total
+    return {
+        f"{prefix}/{name}/mean": total / n.clamp_min(1).to(torch.float64),
+        f"{prefix}/{name}/max": torch.where(any_selected, high, 0.0),
+        f"{prefix}/{name}/min": torch.where(any_selected, low, 0.0),
+    }
+
+
+def grpo_metrics(
+    group_mean: Tensor,
+    group_std: Tensor,
+    group_valid: Tensor,
+    singleton_count: Tensor,
+    filtered_count: Tensor,
+    batch_std: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """The metric dict described in the module docstring, from per-group tensors."""
+    metrics = masked_summary(group_mean, group_valid, "reward_mean")
+    metrics.update(masked_summary(group_std, group_valid, "reward_std"))
+    metrics[f"{PREFIX}/singleton_count"] = singleton_count
+    if batch_std is not None:
+        metrics[f"{PREFIX}/batch_reward_std"] = batch_std.detach().to(torch.float64)
+    metrics["filtered_count"] = filtered_count
+    return metrics

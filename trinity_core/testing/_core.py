@@ -1,0 +1,218 @@
+"""The machinery of the conformance kit: subjects, checks, failures and their messages.
+
+A *subject* is one component class with its provenance (kind, registered name, distribution). A *check*
+is a function ``check(subject) -> None`` that raises :class:`ConformanceError` (what is wrong and how to
+fix it). Check modules register their checks with :func:`check`; :func:`checks_for` lists the ones that
+apply to a subject, and :func:`run_check` runs one and turns any failure into a message that names the
+component, its distribution, the check and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "OPT_OUT_ATTRIBUTE",
+    "Check",
+    "ConformanceError",
+    "Subject",
+    "all_checks",
+    "check",
+    "check_names",
+    "checks_for",
+    "run_check",
+]
+
+OPT_OUT_ATTRIBUTE = "conformance_skip"
+"""Class attribute ``{check name: reason}`` with which a component opts out of checks."""
+
+KIND_TITLES: dict[str, str] = {
+    "algorithm": "algorithm",
+    "advantage_fn": "advantage function",
+    "add_strategy": "add strategy",
+    "policy_loss": "policy loss",
+    "kl_fn": "KL function",
+    "entropy_loss": "entropy loss",
+}
+
+
+class ConformanceError(AssertionError):
+    """A component breaks its contract.
+
+    Args:
+        problem: what is wrong, with the observed values.
+        fix: what the plugin author should change.
+    """
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}\nHow to fix: {fix}")
+        self.problem = problem
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One component under test.
+
+    Attributes:
+        kind: the component kind (``"policy_loss"``, ...).
+        name: the registered name (the class name for an unregistered class).
+        obj: the component class.
+        distribution: the distribution that provides it (``"<in-process>"`` for in-process
+            registrations, ``"<unregistered>"`` for a class given directly).
+        version: that distribution's version ("" when unknown).
+        value: where it is defined, ``module:qualname``.
+        args: argument overrides the test class asked for (merged over the defaults).
+    """
+
+    kind: str
+    name: str
+    obj: Any
+    distribution: str
+    version: str = ""
+    value: str = ""
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        """The kind in words (``"policy loss"``)."""
+        return KIND_TITLES.get(self.kind, self.kind)
+
+    def describe(self) -> str:
+        """``policy loss 'ppo' (pkg.mod:PPO) from trinity-plugin-ppo 0.1.0``."""
+        provider = f"{self.distribution} {self.version}".strip()
+        where = f" ({self.value})" if self.value else ""
+        return f"{self.title} {self.name!r}{where} from {provider}"
+
+    def build(self, **runtime: Any) -> Any:
+        """An instance from ``args`` merged over the defaults, plus runtime objects."""
+        return self.obj.from_args(dict(self.args), **runtime)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One conformance check.
+
+    Attributes:
+        name: the check's name, as used in test ids and ``conformance_skip``.
+        kinds: the kinds it applies to.
+        func: ``func(subject) -> None``; raises :class:`ConformanceError`.
+        applies: further restricts the subjects (e.g. only group computations).
+        skippable: whether ``conformance_skip`` may name it.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    func: Callable[[Subject], None]
+    applies: Callable[[Subject], bool] | None = None
+    skippable: bool = True
+
+    @property
+    def summary(self) -> str:
+        """First line of the check function's docstring."""
+        doc = (self.func.__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else self.name
+
+    def applies_to(self, subject: Subject) -> bool:
+        """Whether this check runs for ``subject``."""
+        return subject.kind in self.kinds and (self.applies is None or self.applies(subject))
+
+
+_CHECKS: dict[str, Check] = {}
+
+
+def check(
+    *kinds: str, applies: Callable[[Subject], bool] | None = None, skippable: bool = True
+) -> Callable[[Callable[[Subject], None]], Callable[[Subject], None]]:
+    """Register the decorated function as a check of ``kinds`` (its name is the function name minus
+    a ``check_`` prefix)."""
+
+    def decorate(func: Callable[[Subject], None]) -> Callable[[Subject], None]:
+        name = func.__name__.removeprefix("check_")
+        previous = _CHECKS.get(name)
+        # A module imported again (pytester restores sys.modules between runs) redefines its own checks.
+        if previous is not None and previous.func.__module__ != func.__module__:
+            raise ValueError(
+                f"conformance check {name!r} is defined in {previous.func.__module__} and {func.__module__}"
+            )
+        _CHECKS[name] = Check(name, tuple(kinds), func, applies, skippable)
+        return func
+
+    return decorate
+
+
+_CHECK_MODULES = (
+    "common",
+    "policy_loss",
+    "kl_fn",
+    "entropy_loss",
+    "advantage_fn",
+    "add_strategy",
+    "algorithm",
+)
+
+
+def _load_check_modules() -> None:
+    # Checks register themselves when their module is imported; this order is the report order.
+    for module in _CHECK_MODULES:
+        importlib.import_module(f"trinity_core.testing.{module}")
+
+
+def all_checks() -> list[Check]:
+    """Every registered check, in registration order."""
+    _load_check_modules()
+    return list(_CHECKS.values())
+
+
+def check_names(kind: str) -> list[str]:
+    """Names of the checks defined for ``kind``."""
+    return [c.name for c in all_checks() if kind in c.kinds]
+
+
+def checks_for(subject: Subject) -> list[Check]:
+    """The checks that apply to ``subject``."""
+    return [c for c in all_checks() if c.applies_to(subject)]
+
+
+def opt_outs(obj: Any) -> dict[str, Any]:
+    """The component's ``conformance_skip`` declaration (``{}`` when absent)."""
+    declared = getattr(obj, OPT_OUT_ATTRIBUTE, None)
+    return dict(declared) if isinstance(declared, Mapping) else {}
+
+
+def run_check(subject: Subject, chk: Check) -> None:
+    """Run ``chk`` on ``subject`` inside a test: skip when the component opted out, fail with a message
+    naming the component, its distribution, the check and the fix."""
+    reasons = opt_outs(subject.obj)
+    if chk.skippable and chk.name in reasons:
+        pytest.skip(f"{subject.describe()} opts out of conformance check {chk.name!r}: {reasons[chk.name]}")
+    header = f"{subject.describe()} fails conformance check {chk.name!r} ({chk.summary})"
+    message = None
+    try:
+        chk.func(subject)
+    except ConformanceError as exc:
+        message = f"{header}:\n{exc}{_opt_out_hint(chk)}"
+    except Exception as exc:  # the component raised: show its traceback, not the kit's frames
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        message = (
+            f"{header}: calling the component raised {type(exc).__name__}: {exc}\n"
+            f"How to fix: the kit calls it with valid inputs (see docs/conformance.md); make it accept them."
+            f"{_opt_out_hint(chk)}\n{tb}"
+        )
+    if message is not None:  # failed outside the except block: no "during handling" chain in reports
+        pytest.fail(message, pytrace=False)
+
+
+def _opt_out_hint(chk: Check) -> str:
+    if not chk.skippable:
+        return ""
+    return (
+        f"\n(If the component deliberately differs, declare it on the class: "
+        f"{OPT_OUT_ATTRIBUTE} = {{{chk.name!r}: '<reason>'}}.)"
+    )
