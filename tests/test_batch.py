@@ -8,8 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import import_reference
 
-from tests.reference import import_reference
 from trinity_core.batch import (
     ExperienceBatch,
     gather_action_masks,

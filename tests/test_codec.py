@@ -14,8 +14,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import import_reference
 
-from tests.reference import import_reference
 from trinity_core.codec import (
     LEGACY_MAGIC,
     MAGIC,

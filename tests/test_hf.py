@@ -11,8 +11,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference import import_reference
 
-from tests.reference import import_reference
 from trinity_core.experience import EID, CustomField, Experience
 from trinity_core.hf import FORMAT_VERSION, from_hf_datasets, to_hf_datasets
 
