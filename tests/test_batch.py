@@ -297,3 +297,31 @@ def test_batch_to_and_empty() -> None:
     assert empty.rewards.shape == (0,)
     assert empty.num_groups == {"task": 0, "run": 0, "step": 0}
     assert empty.to_experiences() == []
+
+
+def test_token_level_scores_put_the_reward_on_the_last_response_token() -> None:
+    exps = [
+        Experience(tokens=[1, 2, 3, 4], prompt_length=1, reward=2.0),
+        Experience(tokens=[1, 2], prompt_length=1, reward=None),
+        Experience(tokens=[1, 2, 3], prompt_length=1, reward=-1.5),
+    ]
+    scores = ExperienceBatch.from_experiences(exps).token_level_scores()
+    assert scores.tolist() == [[0.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, -1.5, 0.0]]
+
+
+def test_token_level_scores_prefer_token_level_rewards() -> None:
+    exps = [Experience(tokens=[1, 2, 3], prompt_length=1, reward=9.0, token_level_reward=[0.5, 0.25])]
+    assert ExperienceBatch.from_experiences(exps).token_level_scores().tolist() == [[0.5, 0.25]]
+
+
+def test_columns_come_from_fields_or_extras_and_missing_ones_say_who_needs_them() -> None:
+    exps = [Experience(tokens=[1, 2, 3], prompt_length=1, logprobs=[-0.5, -0.25])]
+    batch = ExperienceBatch.from_experiences(exps)
+    assert batch.column("logprobs").tolist() == [[-0.5, -0.25]]
+    batch.extras["values"] = torch.ones(1, 2)
+    assert batch.column("values").tolist() == [[1.0, 1.0]]
+    assert batch.to("cpu").extras["values"].tolist() == [[1.0, 1.0]]
+    with pytest.raises(
+        KeyError, match=r"'ref_logprobs' \(needed by kl\).*present: action_mask, logprobs, values"
+    ):
+        batch.column("ref_logprobs", needed_by="kl")

@@ -371,6 +371,7 @@ class ExperienceBatch:
     returns: Tensor | None = None
     token_level_reward: Tensor | None = None
     teacher_logprobs: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
     _lengths: list[tuple[int, int]] = field(default_factory=list, repr=False)
 
     @classmethod
@@ -406,7 +407,7 @@ class ExperienceBatch:
         else:
             input_ids = torch.full((0, P + R), pad_token_id, dtype=torch.int32)
 
-        gathered: dict[str, Tensor | None] = {}
+        gathered: dict[str, Any] = {}  # response field name -> (N, R) tensor or None
         for name in BATCH_RESPONSE_FIELDS:
             gathered[name] = _gather_field(exps, name, responses, R, device, where)
 
@@ -465,6 +466,46 @@ class ExperienceBatch:
             col < (start + self.prompt_lengths + self.response_lengths)[:, None]
         )
 
+    def column(self, name: str, *, needed_by: str = "") -> Tensor:
+        """A response-aligned column by name: a gathered field or a trainer-side entry of ``extras``.
+
+        ``extras`` holds what the trainer computes after rollout, ``(N, R)`` like the response fields:
+        ``old_logprobs``, ``ref_logprobs``, ``values``, ``entropys``, ``reward_baselines`` (``(N,)``) and
+        any column a plugin asks for. A missing column is a KeyError that names who needed it and what
+        is there.
+        """
+        value = self.extras.get(name)
+        if value is None and name in BATCH_RESPONSE_FIELDS:
+            value = getattr(self, name)
+        if value is None:
+            present = sorted(
+                {*self.extras, *(f for f in BATCH_RESPONSE_FIELDS if getattr(self, f) is not None)}
+            )
+            who = f" (needed by {needed_by})" if needed_by else ""
+            raise KeyError(
+                f"ExperienceBatch has no column {name!r}{who}; present: {', '.join(present) or 'none'}. "
+                f"The trainer adds trainer-side columns to batch.extras before calling the component."
+            )
+        return value
+
+    def token_level_scores(self) -> Tensor:
+        """Rewards per response token ``(N, R)`` in float32.
+
+        ``token_level_reward`` when the experiences carry it; otherwise each scalar reward sits on the last
+        real response token and every other position is 0 (experiences without a reward score 0).
+        """
+        if self.token_level_reward is not None:
+            return self.token_level_reward.to(torch.float32)
+        n, width = len(self), self.max_response_length
+        scores = torch.zeros(n, width, dtype=torch.float32, device=self.response_lengths.device)
+        if n == 0 or width == 0:
+            return scores
+        last = (self.response_lengths - 1).clamp_min(0)
+        rewards = torch.where(self.has_reward, self.rewards, 0.0).to(torch.float32).to(scores.device)
+        has_tokens = (self.response_lengths > 0).to(scores.device)
+        scores[torch.arange(n, device=scores.device), last] = torch.where(has_tokens, rewards, 0.0)
+        return scores
+
     def group_sizes(self, level: GroupLevel = "task") -> Tensor:
         """Experiences per group at ``level``: ``(num_groups[level],)`` int64."""
         return torch.bincount(self.group_index[level], minlength=self.num_groups[level])
@@ -477,6 +518,7 @@ class ExperienceBatch:
             if isinstance(value, Tensor):
                 moved[f.name] = value.to(device)
         moved["group_index"] = {k: v.to(device) for k, v in self.group_index.items()}
+        moved["extras"] = {k: v.to(device) for k, v in self.extras.items()}
         return dataclasses.replace(self, **moved)
 
     def write_back(self, field: str, experiences: Sequence[Experience] | None = None) -> None:
