@@ -599,3 +599,28 @@ def test_entropy_coef_default_and_mode_precedence():
     _, metrics = own(entropy, mask, loss_agg_mode="seq-mean-token-mean")  # own setting wins
     assert float(metrics["entropy_loss"]) == pytest.approx((4.0 + 2.0) / 2)
     assert SimpleEntropy().entropy_coef == 0.0
+
+
+def test_trainer_advantage_computes_on_the_batch_and_masks_outside_the_response() -> None:
+    from trinity_core.batch import ExperienceBatch
+    from trinity_core.components import TrainerAdvantage
+
+    class LastTokenReward(TrainerAdvantage):
+        """A_t = reward broadcast over the response (a test-local REINFORCE without baseline)."""
+
+        def compute(
+            self, batch: ExperienceBatch
+        ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+            total = batch.token_level_scores().sum(dim=1, keepdim=True)
+            advantages = total.expand(-1, batch.max_response_length)
+            return advantages, advantages, {"score_mean": total.mean()}
+
+    exps = [
+        Experience(tokens=[1, 2, 3, 4], prompt_length=1, reward=2.0),
+        Experience(tokens=[1, 2, 3, 4], prompt_length=2, action_mask=[True, False], reward=-1.0),
+    ]
+    batch, metrics = LastTokenReward()(exps)
+    assert LastTokenReward.compute_in_trainer()
+    assert batch.advantages.tolist() == [[2.0, 2.0, 2.0], [-1.0, 0.0, 0.0]]
+    assert batch.returns.tolist() == batch.advantages.tolist()
+    assert float(metrics["score_mean"]) == 0.5

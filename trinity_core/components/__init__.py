@@ -4,7 +4,8 @@
 kind           entry-point namespace             base class(es)
 =============  ================================  ==========================================
 algorithm      ``trinity_core.algorithms``       :class:`AlgorithmType`
-advantage_fn   ``trinity_core.advantage_fns``    :class:`AdvantageFn`, :class:`GroupAdvantage`
+advantage_fn   ``trinity_core.advantage_fns``    :class:`AdvantageFn`, :class:`GroupAdvantage`,
+                                                 :class:`TrainerAdvantage`
 add_strategy   ``trinity_core.add_strategies``   :class:`AddStrategy`, :class:`GroupAdvantageStrategy`
 policy_loss    ``trinity_core.policy_losses``    :class:`PolicyLossFn`
 kl_fn          ``trinity_core.kl_fns``           :class:`KLFn`
@@ -21,6 +22,7 @@ from trinity_core.components.advantage import (
     GroupAdvantage,
     GroupComputation,
     GroupedBatch,
+    TrainerAdvantage,
     write_advantages,
 )
 from trinity_core.components.algorithm import ALGORITHM_CONFIG_KEYS, AlgorithmType, ConstantMeta
@@ -38,7 +40,7 @@ from trinity_core.components.policy_loss import BACKEND_KEY_MAPPERS, KeyMapper, 
 
 KIND_BASES: dict[str, tuple[type, ...]] = {
     "algorithm": (AlgorithmType,),
-    "advantage_fn": (AdvantageFn, GroupAdvantage),
+    "advantage_fn": (AdvantageFn, GroupAdvantage, TrainerAdvantage),
     "add_strategy": (AddStrategy, GroupAdvantageStrategy),
     "policy_loss": (PolicyLossFn,),
     "kl_fn": (KLFn,),
@@ -69,6 +71,7 @@ __all__ = [
     "LossAggMode",
     "Metrics",
     "PolicyLossFn",
+    "TrainerAdvantage",
     "aggregate_metrics",
     "materialize_metrics",
     "summarize_metric",

@@ -33,6 +33,7 @@ __all__ = [
     "GroupComputation",
     "GroupLevel",
     "GroupedBatch",
+    "TrainerAdvantage",
     "write_advantages",
 ]
 
@@ -208,6 +209,39 @@ class AdvantageFn(Component, ABC):
     @classmethod
     def compute_in_trainer(cls) -> bool:
         """Whether this function runs in the trainer (True) or in the experience pipeline (False)."""
+        return True
+
+
+class TrainerAdvantage(AdvantageFn):
+    """Advantage functions that run in the trainer on the columnar batch (GAE, REINFORCE++, RLOO, ...).
+
+    Implement :meth:`compute`; calling the function computes the advantages and returns, stores them on
+    the batch (``batch.advantages``, ``batch.returns``, both ``(N, R)`` and zero outside the response
+    mask) and returns ``(batch, metrics)``. Inputs come from the batch: ``batch.token_level_scores()``
+    for rewards, ``batch.response_mask`` / ``batch.action_mask``, ``batch.group_index`` for groups and
+    ``batch.column(name)`` for trainer-side columns such as ``values``, ``old_logprobs``,
+    ``ref_logprobs`` or ``entropys`` (list them in ``required_fields``). Vectorized, no host sync.
+    """
+
+    required_fields: ClassVar[tuple[str, ...]] = ("reward", "action_mask")
+
+    @abstractmethod
+    def compute(self, batch: ExperienceBatch) -> tuple[Tensor, Tensor, Metrics]:
+        """Return ``(advantages, returns, metrics)``: two ``(N, R)`` float tensors and 0-d metrics."""
+
+    def __call__(self, exps: Any, **kwargs: Any) -> tuple[Any, Metrics]:
+        """Compute on an :class:`~trinity_core.batch.ExperienceBatch` (a list is batched first)."""
+        batch = exps if not isinstance(exps, list) else _make_batch(exps)
+        advantages, returns, metrics = self.compute(batch)
+        mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
+        valid = mask.to(device=advantages.device, dtype=torch.bool)
+        batch.advantages = torch.where(valid, advantages, 0.0)
+        batch.returns = torch.where(valid, returns, 0.0)
+        return batch, metrics
+
+    @classmethod
+    def compute_in_trainer(cls) -> bool:
+        """Always True."""
         return True
 
 
