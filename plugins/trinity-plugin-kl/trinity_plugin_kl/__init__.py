@@ -5,7 +5,6 @@ Each serves as reward penalty (``kl_penalty_fn``) and as loss (``kl_loss_fn``) w
 coefficient of :class:`trinity_core.components.KLFn`. Formulas: :mod:`trinity_plugin_kl.estimators`.
 """
 
-from trinity_plugin_kl._masking import MaskedKLFn
 from trinity_plugin_kl.absolute import AbsFn
 from trinity_plugin_kl.corrected_k3 import CorrectedK3Fn
 from trinity_plugin_kl.k1 import K1Fn
@@ -33,6 +32,5 @@ __all__ = [
     "K3PlusFn",
     "LowVarKLFn",
     "LowVarKLPlusFn",
-    "MaskedKLFn",
     "StraightThroughKLFn",
 ]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from trinity_plugin_kl._masking import MaskedKLFn
+from trinity_core.components import KLFn
 from trinity_plugin_kl.estimators import abs_kl
 
 __all__ = ["AbsFn"]
 
 
-class AbsFn(MaskedKLFn):
+class AbsFn(KLFn):
     """abs = |logp − ref|: a non-negative distance, not an unbiased KL estimate.
 
     Gradient: ``sign(logp − ref)`` (0 where they are equal).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from trinity_plugin_kl._masking import MaskedKLFn
+from trinity_core.components import KLFn
 from trinity_plugin_kl.estimators import k3
 
 __all__ = ["IS_RATIO_MAX", "CorrectedK3Fn"]
@@ -13,7 +13,7 @@ __all__ = ["IS_RATIO_MAX", "CorrectedK3Fn"]
 IS_RATIO_MAX = 2.0
 
 
-class CorrectedK3Fn(MaskedKLFn):
+class CorrectedK3Fn(KLFn):
     """corrected_k3 = sg(clamp(exp(logp − old), 0, 2)) · k3, with k3 = exp(ref − logp) − 1 − (ref − logp).
 
     Tokens are sampled from the rollout policy ``π_old``, not from ``π_θ``; the importance ratio

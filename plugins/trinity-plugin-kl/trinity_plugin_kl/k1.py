@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from trinity_plugin_kl._masking import MaskedKLFn
+from trinity_core.components import KLFn
 from trinity_plugin_kl.estimators import k1
 
 __all__ = ["K1Fn"]
 
 
-class K1Fn(MaskedKLFn):
+class K1Fn(KLFn):
     """k1 = logp − ref: unbiased for KL(π_θ ‖ π_ref), high variance, can be negative.
 
     As a loss its gradient is ∇logp whatever the reference: the KL loss then only lowers the

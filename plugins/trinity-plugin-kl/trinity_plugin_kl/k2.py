@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from trinity_plugin_kl._masking import MaskedKLFn
+from trinity_core.components import KLFn
 from trinity_plugin_kl.estimators import k2
 
 __all__ = ["K2Fn"]
 
 
-class K2Fn(MaskedKLFn):
+class K2Fn(KLFn):
     """k2 = ½ (logp − ref)²: biased, non-negative, with an unbiased on-policy gradient of the KL.
 
     Gradient: ``∂k2/∂logp = logp − ref``.

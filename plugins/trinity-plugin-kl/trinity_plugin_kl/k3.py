@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from trinity_plugin_kl._masking import MaskedKLFn
+from trinity_core.components import KLFn
 from trinity_plugin_kl.estimators import k3
 
 __all__ = ["K3Fn"]
 
 
-class K3Fn(MaskedKLFn):
+class K3Fn(KLFn):
     """k3 = exp(ref − logp) − 1 − (ref − logp): unbiased, non-negative, lower variance than k1.
 
     Gradient: ``∂k3/∂logp = 1 − exp(ref − logp)``. Not clamped, as in the reference: the value

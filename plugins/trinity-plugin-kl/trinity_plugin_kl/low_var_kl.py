@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from trinity_plugin_kl._masking import MaskedKLFn
+from trinity_core.components import KLFn
 from trinity_plugin_kl.estimators import low_var_kl
 
 __all__ = ["LowVarKLFn"]
 
 
-class LowVarKLFn(MaskedKLFn):
+class LowVarKLFn(KLFn):
     """low_var_kl = clamp(exp(u) − u − 1, −10, 10) with u = clamp(ref − logp, −20, 20).
 
     The same estimator as ``k3``, bounded to ``[0, 10]`` (the reference clamps silently, defect 8.17;

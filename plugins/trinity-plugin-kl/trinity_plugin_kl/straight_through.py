@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 
 from torch import Tensor
 
-from trinity_plugin_kl._masking import MaskedKLFn
+from trinity_core.components import KLFn
 from trinity_plugin_kl.estimators import abs_kl, k1, k3, low_var_kl, straight_through
 
 __all__ = ["AbsPlusFn", "K1PlusFn", "K3PlusFn", "LowVarKLPlusFn", "StraightThroughKLFn"]
@@ -26,7 +26,7 @@ _PAPER = (
 )
 
 
-class StraightThroughKLFn(MaskedKLFn, ABC):
+class StraightThroughKLFn(KLFn, ABC):
     """Base of ``X+``: ``k2 − sg(k2) + sg(forward_value(logp − ref))``; implement :meth:`forward_value`."""
 
     paper = _PAPER
