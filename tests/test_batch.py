@@ -311,7 +311,10 @@ def test_token_level_scores_put_the_reward_on_the_last_response_token() -> None:
 
 def test_token_level_scores_prefer_token_level_rewards() -> None:
     exps = [Experience(tokens=[1, 2, 3], prompt_length=1, reward=9.0, token_level_reward=[0.5, 0.25])]
-    assert ExperienceBatch.from_experiences(exps).token_level_scores().tolist() == [[0.5, 0.25]]
+    batch = ExperienceBatch.from_experiences(exps)
+    assert batch.token_level_scores().tolist() == [[0.5, 0.25]]
+    batch.extras["token_level_rewards"] = torch.tensor([[0.25, -1.0]])  # after a KL penalty
+    assert batch.token_level_scores().tolist() == [[0.25, -1.0]]
 
 
 def test_columns_come_from_fields_or_extras_and_missing_ones_say_who_needs_them() -> None:

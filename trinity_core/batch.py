@@ -491,9 +491,13 @@ class ExperienceBatch:
     def token_level_scores(self) -> Tensor:
         """Rewards per response token ``(N, R)`` in float32.
 
-        ``token_level_reward`` when the experiences carry it; otherwise each scalar reward sits on the last
-        real response token and every other position is 0 (experiences without a reward score 0).
+        In order: ``extras["token_level_rewards"]`` when the trainer has set it (rewards after a KL
+        penalty), ``token_level_reward`` when the experiences carry it, otherwise each scalar reward on the
+        last real response token and 0 elsewhere (experiences without a reward score 0).
         """
+        penalised = self.extras.get("token_level_rewards")
+        if penalised is not None:
+            return penalised.to(torch.float32)
         if self.token_level_reward is not None:
             return self.token_level_reward.to(torch.float32)
         n, width = len(self), self.max_response_length
