@@ -109,6 +109,10 @@ class GroupAdv(AdvantageFn):
     def __call__(self, exps: Any, **kwargs: Any) -> Any:
         return exps, {}
 
+    @classmethod
+    def compute_in_trainer(cls) -> bool:
+        return False  # runs in the experience pipeline, like the presets that name it
+
 
 class SquareKL(KLFn):
     """0.5 (logp - ref)^2 (test double)."""
@@ -132,7 +136,7 @@ class Entropy(EntropyLossFn):
 
 
 def make_registry() -> Registry:
-    reg = Registry()
+    reg = Registry(entry_points=False)  # exactly these doubles, whatever plugins are installed
     for kind, name, cls in [
         ("algorithm", "grpo", GroupPreset),
         ("algorithm", "pair", PairPreset),
@@ -344,3 +348,38 @@ def test_merge_is_per_key_with_documented_precedence(user: dict[str, Any], globa
         expected["loss_agg_mode"] = global_mode
     expected.update(user)
     assert args == expected
+
+
+def test_preset_and_advantage_fn_must_agree_on_where_advantages_are_computed() -> None:
+    from trinity_core.components import AlgorithmType, TrainerAdvantage
+    from trinity_core.config import ConfigError, resolve_config
+    from trinity_core.registry import Registry
+
+    class PipelinePreset(AlgorithmType):
+        """A test preset computing advantages in the experience pipeline."""
+
+        use_critic = False
+        use_reference = False
+        compute_advantage_in_trainer = False
+        can_balance_batch = True
+        schema = "experience"
+
+        @classmethod
+        def default_config(cls) -> dict[str, object]:
+            return {"advantage_fn": "trainer_side", "policy_loss_fn": None}
+
+    class TrainerSide(TrainerAdvantage):
+        """A test advantage function that runs in the trainer."""
+
+        def compute(self, batch):  # type: ignore[no-untyped-def]
+            raise AssertionError("never called")
+
+    registry = make_registry()
+    registry.register("algorithm", "pipeline_preset", PipelinePreset)
+    registry.register("advantage_fn", "trainer_side", TrainerSide)
+    with pytest.raises(
+        ConfigError, match=r"'trainer_side' runs in the trainer, but preset 'pipeline_preset'"
+    ):
+        resolve_config(
+            {"algorithm": {"algorithm_type": "pipeline_preset", "policy_loss_fn": None}}, registry=registry
+        )

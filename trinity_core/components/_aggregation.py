@@ -53,6 +53,15 @@ class LossAggregation:
     _loss_scale: LossScale | None = None
     _call_mode: str | None = None
 
+    @property
+    def loss_scale(self) -> LossScale | None:
+        """The global normalizers the trainer passed to the current call (``loss_scale=``), if any.
+
+        Losses that need more than :meth:`aggregate` (e.g. separate normalizers per subset of rows)
+        read it here during their call.
+        """
+        return self._loss_scale
+
     def aggregate(self, values: Tensor, mask: Tensor, loss_agg_mode: str | None = None) -> Tensor:
         """Reduce per-token ``values`` ``(B, T)`` selected by ``mask`` to a 0-d loss.
 

@@ -202,6 +202,36 @@ class _Resolver:
                     self.sources[f"algorithm.{key}"] = f"{self.preset_label} check_config"
                     setattr(resolved.algorithm, f"{key}_args", self.component_args(key, new))
             resolved.sources.update(self.sources)
+            self.check_advantage_placement(resolved)
+
+    def check_advantage_placement(self, resolved: ResolvedConfig) -> None:
+        """The preset and its advantage function must agree on where advantages are computed.
+
+        A preset with ``compute_advantage_in_trainer`` True runs the advantage function on the trainer's
+        batch; False runs it in the experience pipeline on whole groups. A function built for the other
+        side would get the wrong input (the reference's ``grpo_verl`` preset had exactly this defect).
+        """
+        name = resolved.algorithm.advantage_fn
+        if self.preset is None or name is None:
+            return
+        try:
+            in_trainer = bool(self.registry.resolve("advantage_fn", name).compute_in_trainer())
+        except (PluginError, AttributeError):
+            return  # an unknown or broken name was reported when its args were resolved
+        wanted = bool(getattr(self.preset.obj, "compute_advantage_in_trainer", in_trainer))
+        if in_trainer != wanted:
+            where = "in the trainer" if in_trainer else "in the experience pipeline"
+            preset_side = "the trainer" if wanted else "the experience pipeline"
+            self.problems.append(
+                ConfigProblem(
+                    "algorithm.advantage_fn",
+                    f"advantage function {name!r} runs {where}, but preset "
+                    f"{self.user.algorithm_type!r} computes advantages in {preset_side}; pick an advantage "
+                    f"function made for {preset_side} (see `trinity plugins list --kind advantage_fn`)",
+                    f"advantage_fn {name!r}",
+                    self.preset.entry_point.provider,
+                )
+            )
 
 
 def resolve_config(

@@ -65,11 +65,15 @@ class Registry:
     Args:
         hook_source: where ``trinity_register_components`` registrations come from; pulled once, on
             first lookup. ``None`` (the default for new registries) means no hooks.
+        entry_points: scan installed distributions (the default). ``False`` gives a registry of
+            in-process registrations only, whatever is installed: for tests and notebooks that need an
+            exact set of components.
     """
 
-    def __init__(self, hook_source: HookSource | None = None) -> None:
+    def __init__(self, hook_source: HookSource | None = None, *, entry_points: bool = True) -> None:
         self._lock = threading.RLock()
         self._hook_source = hook_source
+        self._use_entry_points = entry_points
         self._hooks_pulled = False
         self._scan: dict[str, list[EntryPointInfo]] | None = None
         self._disabled: list[EntryPointInfo] = []
@@ -86,6 +90,8 @@ class Registry:
             self._loaded.clear()
 
     def _entry_points(self, spec: KindSpec) -> list[EntryPointInfo]:
+        if not self._use_entry_points:
+            return []
         with self._lock:
             if self._scan is None:
                 self._scan, self._disabled = scan_entry_points(k.namespace for k in kinds())
