@@ -1,0 +1,58 @@
+"""GiGPO metrics as 0-d tensors, identical on both paths (no host synchronisation).
+
+* ``gigpo/episode_reward_mean/{mean,max,min}``, ``gigpo/episode_reward_std/{mean,max,min}``: mean and
+  unbiased std of the episode returns of each task with at least two runs (0 when there are none). The
+  std is the std whatever ``fnorm`` (the reference reports the normaliser, 1.0 with ``fnorm="none"``);
+* ``gigpo/single_run_task_count``: tasks with one run (``A_E = 0``);
+* ``gigpo/anchor_groups_total``, ``gigpo/anchor_groups_size_gt1``, ``gigpo/anchor_group_hit_ratio``
+  (``size_gt1 / total``, 0 without anchors): anchor groups, counted per task;
+* ``gigpo/mean_abs_A_E``, ``gigpo/mean_abs_A_S``: mean ``|A_E|`` and ``|A_S|`` over the experiences;
+* ``experience_count`` (unprefixed, as in the reference).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["PREFIX", "gigpo_metrics", "masked_summary"]
+
+PREFIX = "gigpo"
+
+
+def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
+    """``{prefix}/{name}/mean|max|min`` of the selected ``values`` as 0-d float64; 0 when none is selected."""
+    v = values.detach().to(torch.float64)
+    n = mask.sum()
+    total = torch.where(mask, v, 0.0).sum()
+    if v.numel() == 0:
+        return {f"{prefix}/{name}/{agg}": total for agg in ("mean", "max", "min")}
+    return {
+        f"{prefix}/{name}/mean": total / n.clamp_min(1).to(torch.float64),
+        f"{prefix}/{name}/max": torch.where(n > 0, torch.where(mask, v, -torch.inf).amax(), 0.0),
+        f"{prefix}/{name}/min": torch.where(n > 0, torch.where(mask, v, torch.inf).amin(), 0.0),
+    }
+
+
+def gigpo_metrics(
+    episode_mean: Tensor,
+    episode_std: Tensor,
+    task_valid: Tensor,
+    anchors_total: Tensor,
+    anchors_gt1: Tensor,
+    abs_episode_sum: Tensor,
+    abs_step_sum: Tensor,
+    count: int,
+) -> dict[str, Tensor]:
+    """The metric dict of the module docstring from per-task tensors and batch totals."""
+    metrics = masked_summary(episode_mean, task_valid, "episode_reward_mean")
+    metrics.update(masked_summary(episode_std, task_valid, "episode_reward_std"))
+    n = max(count, 1)
+    metrics[f"{PREFIX}/single_run_task_count"] = (~task_valid).sum()
+    metrics[f"{PREFIX}/anchor_groups_total"] = anchors_total
+    metrics[f"{PREFIX}/anchor_groups_size_gt1"] = anchors_gt1
+    metrics[f"{PREFIX}/anchor_group_hit_ratio"] = anchors_gt1.to(torch.float64) / anchors_total.clamp_min(1)
+    metrics[f"{PREFIX}/mean_abs_A_E"] = abs_episode_sum.to(torch.float64) / n
+    metrics[f"{PREFIX}/mean_abs_A_S"] = abs_step_sum.to(torch.float64) / n
+    metrics["experience_count"] = torch.tensor(count)
+    return metrics

@@ -1,0 +1,55 @@
+"""Step-wise GRPO metrics as 0-d tensors, identical on both paths (no host synchronisation).
+
+* ``group_advantages/reward_mean/{mean,max,min}``, ``group_advantages/reward_std/{mean,max,min}``: ``μ_g``
+  and ``σ_g`` of the last-step rewards over tasks with at least two runs (0 when there are none; the
+  reference's single-run placeholders 0 and 1 are not reported);
+* ``group_advantages/single_run_task_count``: tasks with one run (advantage 0, dropped with a threshold);
+* ``group_advantages/batch_reward_std``: ``σ_batch``, only with ``std_cal_level="batch"``;
+* unprefixed, as in the reference: ``experience_count`` (experiences kept), ``filtered_count``
+  (experiences dropped by ``std_threshold``), ``skipped_group_ratio`` (dropped tasks / tasks).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["PREFIX", "masked_summary", "step_wise_metrics"]
+
+PREFIX = "group_advantages"
+
+
+def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
+    """``{prefix}/{name}/mean|max|min`` of the selected ``values`` as 0-d float64; 0 when none is selected."""
+    v = values.detach().to(torch.float64)
+    n = mask.sum()
+    total = torch.where(mask, v, 0.0).sum()
+    if v.numel() == 0:
+        return {f"{prefix}/{name}/{agg}": total for agg in ("mean", "max", "min")}
+    return {
+        f"{prefix}/{name}/mean": total / n.clamp_min(1).to(torch.float64),
+        f"{prefix}/{name}/max": torch.where(n > 0, torch.where(mask, v, -torch.inf).amax(), 0.0),
+        f"{prefix}/{name}/min": torch.where(n > 0, torch.where(mask, v, torch.inf).amin(), 0.0),
+    }
+
+
+def step_wise_metrics(
+    group_mean: Tensor,
+    group_std: Tensor,
+    group_valid: Tensor,
+    group_kept: Tensor,
+    kept_count: Tensor,
+    total_count: int,
+    batch_std: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """The metric dict of the module docstring from per-task tensors (``(G,)`` each)."""
+    metrics = masked_summary(group_mean, group_valid, "reward_mean")
+    metrics.update(masked_summary(group_std, group_valid, "reward_std"))
+    metrics[f"{PREFIX}/single_run_task_count"] = (~group_valid).sum()
+    if batch_std is not None:
+        metrics[f"{PREFIX}/batch_reward_std"] = batch_std.detach().to(torch.float64)
+    metrics["experience_count"] = kept_count
+    metrics["filtered_count"] = total_count - kept_count
+    tasks = max(group_valid.shape[0], 1)
+    metrics["skipped_group_ratio"] = (~group_kept).sum().to(torch.float64) / tasks
+    return metrics

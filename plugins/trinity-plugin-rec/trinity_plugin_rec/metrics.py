@@ -1,0 +1,54 @@
+"""REC metrics as 0-d tensors, identical on the per-group and the vectorized path (no host sync).
+
+* ``group_advantages/reward_mean/{mean,max,min}``, ``group_advantages/reward_std/{mean,max,min}``: the
+  second-pass ``μ_g`` and biased ``σ_g`` over groups with at least two members (0 when there are none;
+  the reference's singleton placeholders 0 and 1 are not reported);
+* ``group_advantages/drop_balance/{mean,max,min}``: the fraction ``e_g / n_g`` of each such group dropped by
+  the balance drop (0 without it);
+* ``group_advantages/singleton_count``: experiences alone in their group (advantage 0);
+* ``filtered_count`` (unprefixed): experiences removed from the output by the balance drop (0 with
+  ``keep_dropped=True``, where they stay with advantage 0 as in the reference).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["PREFIX", "masked_summary", "rec_metrics"]
+
+PREFIX = "group_advantages"
+
+
+def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
+    """``{prefix}/{name}/mean|max|min`` of the selected ``values`` as 0-d float64; 0 when none is selected."""
+    v = values.detach().to(torch.float64)
+    n = mask.sum()
+    total = torch.where(mask, v, 0.0).sum()
+    if v.numel() == 0:
+        zero = total
+        return {f"{prefix}/{name}/{agg}": zero for agg in ("mean", "max", "min")}
+    high = torch.where(mask, v, -torch.inf).amax()
+    low = torch.where(mask, v, torch.inf).amin()
+    return {
+        f"{prefix}/{name}/mean": total / n.clamp_min(1).to(torch.float64),
+        f"{prefix}/{name}/max": torch.where(n > 0, high, 0.0),
+        f"{prefix}/{name}/min": torch.where(n > 0, low, 0.0),
+    }
+
+
+def rec_metrics(
+    group_mean: Tensor,
+    group_std: Tensor,
+    drop_fraction: Tensor,
+    group_size: Tensor,
+    filtered_count: Tensor,
+) -> dict[str, Tensor]:
+    """The metric dict of the module docstring from per-group tensors (``(G,)`` each)."""
+    valid = group_size > 1
+    metrics = masked_summary(group_mean, valid, "reward_mean")
+    metrics.update(masked_summary(group_std, valid, "reward_std"))
+    metrics.update(masked_summary(drop_fraction, valid, "drop_balance"))
+    metrics[f"{PREFIX}/singleton_count"] = (group_size == 1).sum()
+    metrics["filtered_count"] = filtered_count
+    return metrics
