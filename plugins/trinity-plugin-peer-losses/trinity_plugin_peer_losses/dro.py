@@ -1,0 +1,97 @@
+"""``dro`` policy loss: :class:`DROPolicyLossFn` (verl ``loss_mode=dro``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from pydantic import Field
+from torch import Tensor
+
+from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
+from trinity_core.ops import masked_mean
+from trinity_plugin_peer_losses._tokens import as_bool_mask, compute_dtype, selected
+
+__all__ = ["DROArgs", "DROPolicyLossFn"]
+
+
+class DROArgs(LossAggArgs):
+    """Arguments of :class:`DROPolicyLossFn`."""
+
+    dro_beta: float = Field(
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description=(
+            "β > 0, strength of the quadratic log-ratio penalty β/2·(log π − log π_old)² (the paper's "
+            "regularisation temperature τ). verl has no default and requires it to be set; 1.0 here."
+        ),
+    )
+
+
+class DROPolicyLossFn(PolicyLossFn):
+    """DRO: offline policy loss L = agg(−(A · log π − β/2 · (log π − log π_old)²)).
+
+    Direct Reward Optimisation (Richemond et al., *Offline Regularised Reinforcement Learning for Large
+    Language Models Alignment*, arXiv:2405.19107) fits a policy to single-trajectory offline data
+    ``(x, y, r)`` by minimising ``½(r − V(x) − τ·ℓ)²`` with ``ℓ = log π(y|x)/π_ref(y|x)``; its policy
+    gradient, divided by ``τ``, is ``(−A + τ ℓ) ∇ℓ`` with ``A = r − V``. The peers' ``dro`` loss (verl,
+    ``loss_mode=dro``) is the token-level form of this, with ``β = τ`` and the data policy ``π_old`` as the
+    anchor:
+
+        ``ℓ_t = −(A_t · log π_t − β/2 · δ_t²)``,   ``δ_t = log π_t − log π_old,t``,
+        ``∇ℓ_t = (−A_t + β δ_t) ∇log π_t``:
+
+    the penalty pulls every token back towards the data policy in proportion to how far it has moved,
+    instead of PPO's hard clip. ``A`` is whatever advantage the caller provides (e.g. ``r − V``).
+
+    The log-ratio is **not** clamped: there is no ``exp`` to overflow, and a clamp would remove the
+    restoring gradient exactly where it matters most (``|δ| > 20``). ``log π``, ``log π_old`` and ``A`` are
+    set to 0 at masked positions first, so NaN/inf stored there reach neither loss nor gradient.
+    Aggregation uses ``loss_agg_mode`` with the trainer's global normalizers (``loss_scale=``), so the
+    gradient does not depend on micro-batching. Metrics (detached 0-d, no host sync): ``dro_loss``,
+    ``ppo_kl`` (masked mean of ``−δ``), ``dro_penalty`` (masked mean of ``β/2 · δ²``).
+    """
+
+    Args: ClassVar[type[ComponentArgs]] = DROArgs
+    paper: ClassVar[str | None] = "https://arxiv.org/abs/2405.19107"
+    microbatch_invariant: ClassVar[bool] = True
+    """Summing micro-batch losses aggregated with the step's global normalizers gives the full batch's."""
+
+    dro_beta: float
+    loss_agg_mode: str
+
+    def __init__(self, backend: str = "verl", **args: Any) -> None:
+        """``DROPolicyLossFn(backend="verl", dro_beta=1.0, loss_agg_mode="token-mean")``."""
+        super().__init__(backend=backend, **args)
+
+    def __call__(  # type: ignore[override]
+        self,
+        logprob: Tensor,
+        old_logprob: Tensor,
+        action_mask: Tensor,
+        advantages: Tensor,
+        **kwargs: Any,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−(A · log π − β/2 · δ²))`` over the ``action_mask`` tokens, and metrics.
+
+        Args:
+            logprob: current log-probs ``(B, T)`` (differentiable).
+            old_logprob: log-probs of the data (behaviour) policy ``(B, T)``.
+            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
+            advantages: ``(B, T)`` (or broadcastable) advantages.
+        """
+        mask = as_bool_mask(action_mask)
+        dtype = compute_dtype(logprob)
+        lp = selected(logprob, mask, dtype)
+        delta = lp - selected(old_logprob, mask, dtype)
+        penalty = 0.5 * self.dro_beta * delta.square()
+        per_token = -(selected(advantages, mask, dtype) * lp - penalty)
+        loss = self.aggregate(per_token, mask)
+        with torch.no_grad():
+            metrics = {
+                "dro_loss": loss.detach(),
+                "ppo_kl": masked_mean(-delta, mask),
+                "dro_penalty": masked_mean(penalty, mask),
+            }
+        return loss, metrics
