@@ -84,7 +84,7 @@ def render(tracked_only: bool = False) -> tuple[str, str]:
             "commands =",
             "    trinity plugins list --strict",
             "    trinity info --self-check",
-            "    pytest {toxinidir}/tests {posargs}",
+            "    pytest {toxinidir}/tests --ignore={toxinidir}/tests/train {posargs}",
             *[f"    pytest {{toxinidir}}/plugins/{n}/tests {{posargs}}" for n in names],
         ]
     )

@@ -353,7 +353,6 @@ def test_merge_is_per_key_with_documented_precedence(user: dict[str, Any], globa
 def test_preset_and_advantage_fn_must_agree_on_where_advantages_are_computed() -> None:
     from trinity_core.components import AlgorithmType, TrainerAdvantage
     from trinity_core.config import ConfigError, resolve_config
-    from trinity_core.registry import Registry
 
     class PipelinePreset(AlgorithmType):
         """A test preset computing advantages in the experience pipeline."""

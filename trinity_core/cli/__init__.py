@@ -13,5 +13,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trinity_core.cli.plugins",
     "trinity_core.cli.config_cmd",
     "trinity_core.cli.info",
+    "trinity_core.cli.train",
 )
 """Modules whose ``register(subparsers)`` adds a command group, in help order."""

@@ -81,33 +81,111 @@ class AlgorithmConfig(Section):
 
 
 class ModelConfig(Section):
-    """The policy model (placeholder the trainer extends)."""
+    """The policy model and its tokenizer (``trinity train``)."""
 
     model_path: str | None = Field(
-        default=None, description="Hugging Face model id or path; unset: tiny default."
+        default=None,
+        description=(
+            "Hugging Face model id or local directory, loaded with AutoModelForCausalLM.from_pretrained; "
+            "unset: a tiny Qwen2 built from a config (offline)."
+        ),
+    )
+    tokenizer_path: str | None = Field(
+        default=None,
+        description="Tokenizer id or directory; unset: model_path's, or a character-level tokenizer.",
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Without model_path: transformers config keys over the tiny default (model_type, hidden_size, "
+            "num_hidden_layers, ...). With model_path: keyword arguments of from_pretrained."
+        ),
+    )
+    ref_model_path: str | None = Field(
+        default=None,
+        description="Reference model for KL; unset: a frozen copy of the initial policy.",
     )
 
 
 class TasksConfig(Section):
-    """The task set (placeholder the trainer extends)."""
+    """The task set and its reward functions."""
 
-    name: str | None = Field(default=None, description="Registered task set (kind 'task').")
+    name: str | None = Field(
+        default=None,
+        description="Registered task set (kind task); unset: last_digit.",
+    )
     args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the task set.")
+    reward_fns: list[str] | None = Field(
+        default=None,
+        description="Reward functions (kind reward_fn), weighted-summed; unset: the task's default.",
+    )
+    reward_weights: list[float] | None = Field(
+        default=None, description="One weight per reward function; unset: all 1."
+    )
+    reward_fn_args: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Keyword arguments per reward function name."
+    )
+    eval_size: int = Field(default=100, ge=0, description="Held-out prompts for the final greedy accuracy.")
 
 
 class RolloutConfig(Section):
-    """Sampling of responses (placeholder the trainer extends)."""
+    """Sampling of responses (the group size is algorithm.repeat_times)."""
 
+    prompts_per_step: int = Field(
+        default=16, ge=1, description="Prompts (tasks) sampled per step, all ranks together."
+    )
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
-    max_new_tokens: int = Field(default=16, ge=1, description="Longest response, in tokens.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold (1: off).")
+    top_k: int = Field(default=0, ge=0, description="Top-k sampling (0: off).")
+    max_new_tokens: int | None = Field(
+        default=None, ge=1, description="Longest response, in tokens; unset: the task's answer budget."
+    )
 
 
 class TrainerConfig(Section):
-    """The optimisation loop (placeholder the trainer extends)."""
+    """The optimisation loop, devices, logging and checkpoints."""
 
-    total_steps: int = Field(default=100, ge=1, description="Training steps.")
-    lr: float = Field(default=3e-4, gt=0, description="Learning rate.")
-    seed: int = Field(default=0, description="Random seed.")
+    total_steps: int = Field(default=800, ge=1, description="Training steps (one rollout + update each).")
+    lr: float = Field(default=3e-4, gt=0, description="Peak learning rate.")
+    seed: int = Field(default=0, description="Random seed (model init, sampling, tasks).")
+    optimizer: Literal["adamw", "adam", "sgd"] = Field(default="adamw", description="Optimizer.")
+    weight_decay: float = Field(default=0.0, ge=0, description="Weight decay.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="Adam betas.")
+    lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
+        default="constant", description="Schedule after warm-up (linear / cosine decay to 0 at total_steps)."
+    )
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps.")
+    grad_clip: float | None = Field(
+        default=1.0, gt=0, description="Max global gradient norm; None: no clipping."
+    )
+    minibatches: int = Field(
+        default=1,
+        ge=1,
+        description="Optimizer steps per training step (the step's batch split in this many).",
+    )
+    epochs: int = Field(default=1, ge=1, description="Passes over the step's batch (PPO epochs).")
+    micro_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Rows per forward/backward (gradient accumulation); unset: whole minibatch.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="auto: CUDA when available, else CPU."
+    )
+    precision: Literal["no", "bf16", "fp16"] = Field(default="no", description="Mixed precision.")
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads; unset: torch's choice.")
+    run_dir: str | None = Field(
+        default=None, description="Run directory; unset: runs/<task>-<algorithm>-<timestamp>."
+    )
+    checkpoint_every: int = Field(
+        default=200, ge=0, description="Checkpoint every N steps (0: only at the end)."
+    )
+    keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept (oldest removed).")
+    trackers: list[str] | Literal["auto"] = Field(
+        default="auto",
+        description="Accelerate trackers (tensorboard, wandb, ...); auto: tensorboard if installed.",
+    )
+    progress: bool = Field(default=True, description="Show a progress bar on stderr.")
 
 
 class RunConfig(Section):

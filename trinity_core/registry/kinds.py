@@ -35,6 +35,14 @@ def _must_be_callable(obj: object) -> str | None:
     return None if callable(obj) else f"expected a callable, got {type(obj).__name__}"
 
 
+def _must_be_task(obj: object) -> str | None:
+    # Duck-typed (the registry never imports the trainer): what trinity train calls on a task set.
+    missing = [name for name in ("sample", "fields") if not hasattr(obj, name)]
+    if missing or not callable(obj):
+        return f"expected a task class with sample() and fields (trinity_core.train.Task); missing {missing}"
+    return None
+
+
 _KINDS: dict[str, KindSpec] = {
     spec.kind: spec
     for spec in (
@@ -45,7 +53,7 @@ _KINDS: dict[str, KindSpec] = {
         KindSpec("kl_fn", "trinity_core.kl_fns", "KL function"),
         KindSpec("entropy_loss", "trinity_core.entropy_losses", "entropy loss"),
         KindSpec("reward_fn", "trinity_core.reward_fns", "reward function", _must_be_callable),
-        KindSpec("task", "trinity_core.tasks", "task set"),
+        KindSpec("task", "trinity_core.tasks", "task set", _must_be_task),
     )
 }
 

@@ -1,0 +1,23 @@
+"""``trinity train``: reinforcement fine-tuning on Accelerate (see docs/training.md).
+
+Modules: :mod:`~trinity_core.train.model` (policy and tokenizer), :mod:`~trinity_core.train.tasks`
+(task sets), :mod:`~trinity_core.train.rewards` (reward functions), :mod:`~trinity_core.train.rollout`
+(sampling), :mod:`~trinity_core.train.loop` (the step), :mod:`~trinity_core.train.checkpoint`,
+:mod:`~trinity_core.train.profile`, :mod:`~trinity_core.train.plot`, :mod:`~trinity_core.train.run`.
+"""
+
+from __future__ import annotations
+
+from trinity_core.train.rewards import exact_match
+from trinity_core.train.run import DEFAULT_CONFIG, RunDirError, apply_overrides, train
+from trinity_core.train.tasks import Task, TaskDataError
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "RunDirError",
+    "Task",
+    "TaskDataError",
+    "apply_overrides",
+    "exact_match",
+    "train",
+]

@@ -1,0 +1,640 @@
+"""The training loop of ``trinity train``: one step reads top to bottom, rollout to optimizer.
+
+Step ``s`` on every rank::
+
+    rows      = task.sample(prompts_per_step / world_size)                  # tasks
+    rollout   = generate(policy, rows, G = algorithm.repeat_times)           # G responses per prompt
+    rewards   = Σ_f w_f · f(prompts, completions, **fields)                  # reward functions
+    exps      = Experience(EID(batch=s, task=i, run=j), ...)                 # one per response
+    exps      = trinity_process_experiences(exps, s)                         # pluggy stage
+    add strategy / pipeline advantage fn -> buffer                           # group advantages
+    batch     = ExperienceBatch(buffer.read())                               # trainer side
+    old, ref  = no-grad passes; trainer-side advantage fn on the batch
+    for epoch, minibatch: for micro-batch:                                   # PPO-style update
+        loss = policy_loss + kl_loss - entropy_loss   (global normalizers: LossScale)
+        accelerator.backward(loss)
+    clip, optimizer.step(), scheduler.step()
+    metrics -> gathered over ranks once -> metrics.jsonl, trackers, trinity_on_metrics
+
+The loss convention (``trinity_core.ops.loss_scale``): every micro-batch's loss is normalised by the
+token / sequence counts of the whole optimizer step across micro-batches *and* ranks, the micro-batch
+losses are summed (gradient accumulation) and DDP averages the gradients, so the update equals the
+single-process, single-micro-batch update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from trinity_core.batch import ExperienceBatch
+from trinity_core.buffer import make_buffer
+from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.experience import EID, Experience
+from trinity_core.hooks import get_plugin_manager, notify_metrics, run_experience_pipeline
+from trinity_core.ops import LossScale, global_normalizers
+from trinity_core.train import checkpoint as ckpt
+from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
+from trinity_core.train.model import load_policy
+from trinity_core.train.profile import ProgressBar, StepProfiler
+from trinity_core.train.rewards import combine_rewards
+from trinity_core.train.rollout import Rollout, generate
+
+__all__ = ["LaunchError", "TrainResult", "Trainer", "response_logprobs"]
+
+
+class LaunchError(RuntimeError):
+    """The process layout does not match the launcher (a silently duplicated or single-process run)."""
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports."""
+
+    run_dir: Path
+    steps: int
+    reward_curve: list[tuple[int, float]]
+    eval_accuracy: float | None
+    wall_seconds: float
+    profile: dict[str, float] | None = None
+    final_reward: float = math.nan
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def response_logprobs(
+    model: Any, input_ids: Tensor, attention_mask: Tensor | None, prompt_width: int, with_entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs ``(B, R)`` of the response tokens ``input_ids[:, P:]`` (and per-token entropy).
+
+    Position ids follow the attention mask, as in ``generate`` with left-padded prompts. Pass
+    ``attention_mask=None`` when no prompt is padded: right padding after the responses cannot affect
+    earlier positions under causal attention, and the unmasked path is several times faster on CPU.
+    """
+    if attention_mask is None:
+        logits = model(input_ids=input_ids).logits
+    else:
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+        mask = attention_mask.long()
+        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits
+    logits = logits[:, prompt_width - 1 : -1].float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, input_ids[:, prompt_width:, None].long()).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def _lr_lambda(kind: str, warmup: int, total: int) -> Any:
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant":
+            return 1.0
+        progress = min(max(step - warmup, 0) / max(total - warmup, 1), 1.0)
+        if kind == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+class Trainer:
+    """One run: built from a resolved config and a run directory; :meth:`train` runs every step."""
+
+    def __init__(
+        self,
+        config: ResolvedConfig,
+        run_dir: Path,
+        *,
+        accelerator: Any,
+        resume: bool = False,
+        profile: bool = False,
+    ) -> None:
+        """Build everything and check it; every problem is raised before the first step."""
+        self.config = config
+        self.run_dir = run_dir
+        self.acc = accelerator
+        tcfg, rcfg, alg = config.trainer, config.rollout, config.algorithm
+        world = accelerator.num_processes
+        self.rank = accelerator.process_index
+        self.is_main = accelerator.is_main_process
+        if rcfg.prompts_per_step % world:
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "rollout.prompts_per_step",
+                        f"{rcfg.prompts_per_step} prompts cannot be split over {world} processes",
+                        hint=f"use a multiple of {world}",
+                    )
+                ]
+            )
+        self.prompts_per_rank = rcfg.prompts_per_step // world
+        self.group_size = alg.repeat_times
+
+        # Task, rewards, buffer, components: cheap, so first (errors before the model loads).
+        self.task = build_task(config)
+        self.reward_names, self.reward_fns, self.reward_weights = build_rewards(config, self.task)
+        self.writer, self.reader = make_buffer("memory")
+        self.components = build_components(config, self.writer)
+        self.pm = get_plugin_manager()
+        self.max_new_tokens = rcfg.max_new_tokens or self.task.max_response_tokens()
+
+        # Seeds: the same model init on every rank, distinct sampling streams per rank.
+        torch.manual_seed(tcfg.seed * 1_000_003 + self.rank)
+        self.task_gen = torch.Generator().manual_seed(tcfg.seed * 7919 + self.rank)
+
+        model, self.tokenizer = load_policy(
+            config.model.model_path,
+            config.model.tokenizer_path,
+            config.model.config,
+            self.task.alphabet(),
+            seed=tcfg.seed,
+        )
+        self.use_ref = needs_reference(config)
+        ref = None
+        if self.use_ref:
+            if config.model.ref_model_path:
+                ref, _ = load_policy(config.model.ref_model_path, None, {}, "", seed=tcfg.seed)
+                ref.eval()
+                ref.requires_grad_(False)
+            else:
+                ref = frozen_copy(model)
+        self.use_entropy = self.components.entropy is not None
+        self.need_old_pass = tcfg.epochs * tcfg.minibatches > 1
+
+        groups = [p for p in model.parameters() if p.requires_grad]
+        if tcfg.optimizer == "sgd":
+            optimizer: torch.optim.Optimizer = torch.optim.SGD(
+                groups, lr=tcfg.lr, weight_decay=tcfg.weight_decay
+            )
+        else:
+            cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
+            optimizer = cls(groups, lr=tcfg.lr, betas=tcfg.betas, weight_decay=tcfg.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, _lr_lambda(tcfg.lr_scheduler, tcfg.warmup_steps, tcfg.total_steps)
+        )
+        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        self.scheduler = scheduler
+        self.policy = accelerator.unwrap_model(self.model)
+        self.ref = ref.to(accelerator.device) if ref is not None else None
+        self.profiler = StepProfiler(profile, accelerator.device)
+        self.event_loop = asyncio.new_event_loop()
+        self.start_step = 0
+        self.history: list[dict[str, float]] = []
+        if resume:
+            self._load_checkpoint()
+
+    # ------------------------------------------------------------------ one step
+
+    def step(self, step: int) -> dict[str, float]:
+        """Run training step ``step`` (0-based) and return its metrics (gathered over ranks)."""
+        prof, acc, comps, tcfg = self.profiler, self.acc, self.components, self.config.trainer
+        metrics: dict[str, Tensor] = {}
+        G = self.group_size
+
+        # 1. Rollout: G responses for each prompt of this rank.
+        rows = self.task.sample(self.prompts_per_rank, self.task_gen)
+        prompts = [r["prompt"] for r in rows]
+        with prof.section("generation"):
+            rollout = generate(
+                self.policy,
+                self.tokenizer,
+                prompts,
+                repeat=G,
+                max_new_tokens=self.max_new_tokens,
+                temperature=self.config.rollout.temperature,
+                top_p=self.config.rollout.top_p,
+                top_k=self.config.rollout.top_k,
+            )
+
+        # 2. Rewards: reward functions on decoded completions (rows repeated G times, prompt-major).
+        completions = self._decode(rollout)
+        fields = {k: [r[k] for r in rows for _ in range(G)] for k in self.task.fields if k != "prompt"}
+        fields["truncated"] = rollout.truncated.tolist()
+        rewards = combine_rewards(
+            self.reward_fns,
+            self.reward_weights,
+            self.reward_names,
+            [p for p in prompts for _ in range(G)],
+            completions,
+            fields,
+        )
+
+        # 3. Experiences with EIDs (batch = step, task = global prompt index, run = response index),
+        #    the pluggy stage, then the preset's add strategy or pipeline advantage fn into the buffer.
+        exps = self._experiences(rollout, rewards, step)
+        exps = run_experience_pipeline(self.pm, exps, step)
+        if comps.add_strategy is not None:
+            _, adv_metrics = self.event_loop.run_until_complete(comps.add_strategy.add(exps, step))
+        elif comps.advantage is not None and not comps.advantage_in_trainer:
+            exps, adv_metrics = comps.advantage(exps)
+            self.event_loop.run_until_complete(self.writer.write(exps))
+        else:
+            adv_metrics = {}
+            self.event_loop.run_until_complete(self.writer.write(exps))
+
+        # 4. The trainer's batch, from the buffer (on-policy: everything written this step).
+        exps = self.event_loop.run_until_complete(self.reader.read())
+        self._trim_buffer()
+        if not exps:
+            raise RuntimeError(
+                f"step {step}: no experiences reached the buffer on rank {self.rank} (every response was "
+                "filtered); check the reward functions, trinity_process_experiences hooks and std_threshold"
+            )
+        batch = ExperienceBatch.from_experiences(exps, pad_token_id=self.tokenizer.pad_token_id).to(
+            acc.device
+        )
+        ids, P = batch.input_ids.long(), batch.max_prompt_length
+        attn = None if all(e.prompt_length == P for e in exps) else batch.attention_mask
+        mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
+        if self.need_old_pass:
+            with prof.section("old_logprob"), torch.no_grad():
+                batch.extras["old_logprobs"] = response_logprobs(self.policy, ids, attn, P, False)[0]
+        if self.ref is not None:
+            with prof.section("reference"), torch.no_grad():
+                batch.extras["ref_logprobs"] = response_logprobs(self.ref, ids, attn, P, False)[0]
+        if comps.advantage_in_trainer:
+            if comps.kl_penalty is not None:
+                old = batch.extras.get("old_logprobs")
+                if old is None:
+                    with torch.no_grad():
+                        old = response_logprobs(self.policy, ids, attn, P, False)[0]
+                scores, kl_metrics = comps.kl_penalty.apply_kl_penalty_to_reward(
+                    batch.token_level_scores(), old, batch.extras["ref_logprobs"], mask
+                )
+                batch.token_level_reward = scores
+                metrics.update({f"kl_penalty/{k}": v for k, v in kl_metrics.items()})
+            advantage: Any = comps.advantage
+            batch, adv_metrics = advantage(batch)
+        metrics.update(
+            {
+                f"advantage/{k}": torch.as_tensor(v)
+                for k, v in adv_metrics.items()
+                if isinstance(v, Tensor | float | int)
+            }
+        )
+        if batch.advantages is None:
+            raise RuntimeError(
+                f"step {step}: the batch has no advantages; the add strategy / advantage function "
+                f"{self.config.algorithm.add_strategy or self.config.algorithm.advantage_fn!r} set none"
+            )
+
+        # 5. Update: epochs x minibatches optimizer steps, each over micro-batches.
+        columns = {
+            "action_mask": mask,
+            "advantages": batch.advantages.to(torch.float32),
+            **{k[:-1] if k.endswith("logprobs") else k: v for k, v in batch.extras.items()},
+        }
+        loss_terms: list[dict[str, Tensor]] = []
+        grad_norms: list[Tensor] = []
+        n = len(batch)
+        for _epoch in range(tcfg.epochs):
+            for rows_idx in torch.arange(n, device=acc.device).tensor_split(tcfg.minibatches):
+                loss_terms += self.backward_minibatch(ids, attn, P, columns, rows_idx)
+                with prof.section("optimizer"):
+                    if tcfg.grad_clip is not None:
+                        grad_norms.append(acc.clip_grad_norm_(self.model.parameters(), tcfg.grad_clip))
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        for k in {k for t in loss_terms for k in t}:
+            metrics[k] = torch.stack([t[k].detach().to(torch.float64) for t in loss_terms if k in t]).mean()
+        if grad_norms:
+            metrics["actor/grad_norm"] = torch.stack(
+                [g.detach().to(torch.float64) for g in grad_norms]
+            ).mean()
+        if comps.kl_loss is not None:
+            metrics["actor/kl_coef"] = comps.kl_loss.update_kl_coef()
+
+        # 6. Metrics: one reduction over ranks, one host transfer.
+        metrics["reward/mean"] = torch.nanmean(batch.rewards)
+        metrics["reward/std"] = (
+            batch.rewards[batch.has_reward].std(correction=0) if n > 1 else torch.zeros(())
+        )
+        metrics["response/length"] = batch.response_lengths.double().mean()
+        metrics["response/truncated"] = rollout.truncated.double().mean()
+        out = self._reduce(metrics)
+        out["lr"] = float(self.scheduler.get_last_lr()[0])
+        out["step"] = float(step + 1)
+        return out
+
+    # ------------------------------------------------------------------ helpers of the step
+
+    def _decode(self, rollout: Rollout) -> list[str]:
+        # Completion text = response tokens before EOS, special tokens spelled out (a stray <pad> never
+        # matches an answer).
+        ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
+        ids = rollout.response_ids.tolist()
+        return list(self.tokenizer.batch_decode([row[:e] for row, e in zip(ids, ends, strict=True)]))
+
+    def _experiences(self, rollout: Rollout, rewards: list[float | None], step: int) -> list[Experience]:
+        G = self.group_size
+        base = self.rank * self.prompts_per_rank
+        full = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1).to(torch.int32).cpu()
+        starts = (~rollout.prompt_mask).sum(1).tolist()
+        ends = (rollout.prompt_ids.shape[1] + rollout.response_lengths).tolist()
+        prompt_lengths = rollout.prompt_mask.sum(1).tolist()
+        truncated = rollout.truncated.tolist()
+        exps: list[Experience] = []
+        for i, reward in enumerate(rewards):
+            if reward is None:  # no reward function applies: not trained on, not in group statistics
+                continue
+            exps.append(
+                Experience(
+                    eid=EID(batch=step, task=base + i // G, run=i % G),
+                    tokens=full[i, starts[i] : ends[i]],
+                    prompt_length=prompt_lengths[i],
+                    reward=reward,
+                    truncate_status="response_truncated" if truncated[i] else None,
+                )
+            )
+        return exps
+
+    def _trim_buffer(self) -> None:
+        # The memory buffer keeps every item it was given; an on-policy trainer has read them all.
+        storage = getattr(self.reader, "storage", None)
+        if storage is not None and len(self.reader) == 0:
+            storage.items.clear()
+            self.reader.current_index = 0  # type: ignore[attr-defined]
+
+    def backward_minibatch(
+        self, ids: Tensor, attn: Tensor | None, P: int, columns: dict[str, Tensor], rows: Tensor
+    ) -> list[dict[str, Tensor]]:
+        """Accumulate the gradient of one optimizer step over the rows ``rows`` of the batch.
+
+        The rows are cut into micro-batches (``trainer.micro_batch_size``); every micro-batch loss uses
+        the step's global normalizers (all micro-batches, all ranks), the losses are summed by
+        accumulation and DDP synchronises on the last micro-batch only. Returns each micro-batch's loss
+        terms (0-d tensors).
+        """
+        acc, mask = self.acc, columns["action_mask"]
+        micro = self._micro_batches(rows)
+        scale = global_normalizers([mask[m] for m in micro])
+        terms_list = []
+        for i, m in enumerate(micro):
+            ctx = contextlib.nullcontext() if i == len(micro) - 1 else acc.no_sync(self.model)
+            with self.profiler.section("forward_backward"), ctx:
+                sub_attn = None if attn is None else attn[m]
+                loss, terms = self._loss(ids[m], sub_attn, P, {k: v[m] for k, v in columns.items()}, scale)
+                acc.backward(loss)
+            terms_list.append(terms)
+        return terms_list
+
+    def _micro_batches(self, rows: Tensor) -> list[Tensor]:
+        size = self.config.trainer.micro_batch_size
+        if size is None or rows.numel() <= size:
+            return [rows]
+        return list(torch.split(rows, size))
+
+    def _loss(
+        self, ids: Tensor, attn: Tensor | None, P: int, cols: dict[str, Tensor], scale: LossScale
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        comps, mode = self.components, self.config.algorithm.loss_agg_mode
+        logprob, entropy = response_logprobs(self.model, ids, attn, P, self.use_entropy)
+        mask = cols["action_mask"]
+        if "old_logprob" not in cols:  # one update per step: the sampling policy is the current one
+            cols["old_logprob"] = logprob.detach()
+        loss_fn = comps.policy_loss
+        kwargs = {key: cols[loss_fn.mapper.to_trinity(key)] for key in loss_fn.select_keys}
+        pg_loss, pg_metrics = loss_fn(logprob, **kwargs, loss_scale=scale, loss_agg_mode=mode)
+        total = pg_loss
+        terms = {f"actor/{k}": v for k, v in pg_metrics.items() if isinstance(v, Tensor)}
+        terms["actor/pg_loss"] = pg_loss.detach()
+        if comps.kl_loss is not None:
+            kl_loss, kl_metrics = comps.kl_loss.calculate_kl_loss(
+                logprob,
+                cols["ref_logprob"],
+                mask,
+                loss_agg_mode=mode,
+                old_logprob=cols["old_logprob"],
+                loss_scale=scale,
+            )
+            total = total + kl_loss
+            terms.update({f"actor/{k}": v for k, v in kl_metrics.items() if k != "kl_coef"})
+        if comps.entropy is not None and entropy is not None:
+            ent_loss, ent_metrics = comps.entropy(entropy, mask, loss_scale=scale, loss_agg_mode=mode)
+            total = total - ent_loss
+            terms.update({f"actor/{k}": v for k, v in ent_metrics.items()})
+        terms["actor/loss"] = total.detach()
+        return total, terms
+
+    def _reduce(self, metrics: dict[str, Tensor]) -> dict[str, float]:
+        keys = sorted(metrics)
+        stacked = torch.stack(
+            [torch.as_tensor(metrics[k]).to(self.acc.device, torch.float64).reshape(()) for k in keys]
+        )
+        if self.acc.num_processes > 1:
+            stacked = self.acc.reduce(stacked, reduction="mean")
+        return dict(zip(keys, stacked.tolist(), strict=True))
+
+    # ------------------------------------------------------------------ the run
+
+    def select_keys_check(self) -> None:
+        """Fail before training when the policy loss asks for a column the trainer cannot provide."""
+        provided = {
+            "old_logprob",
+            "action_mask",
+            "advantages",
+            *(["ref_logprob"] if self.ref is not None else []),
+        }
+        loss_fn = self.components.policy_loss
+        missing = [k for k in loss_fn.select_keys if loss_fn.mapper.to_trinity(k) not in provided]
+        if missing:
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "algorithm.policy_loss_fn",
+                        f"policy loss {self.config.algorithm.policy_loss_fn!r} needs {missing}, which "
+                        f"trinity train does not provide (it provides {sorted(provided)})",
+                    )
+                ]
+            )
+
+    def train(self) -> TrainResult:
+        """Run the remaining steps, log, checkpoint, evaluate; return the summary."""
+        self.select_keys_check()
+        tcfg = self.config.trainer
+        total = tcfg.total_steps
+        bar = ProgressBar(total, self.start_step, enabled=tcfg.progress and self.is_main)
+        metrics_path = self.run_dir / "metrics.jsonl"
+        log = metrics_path.open("a", encoding="utf-8") if self.is_main else None
+        t0 = time.perf_counter()
+        try:
+            for step in range(self.start_step, total):
+                t_step = time.perf_counter()
+                out = self.step(step)
+                if self.profiler.enabled:
+                    self.profiler.totals["step"] += time.perf_counter() - t_step
+                    self.profiler.steps += 1
+                out["time/step_s"] = time.perf_counter() - t_step
+                self.history.append(out)
+                if log is not None:
+                    log.write(json.dumps(out) + "\n")
+                    log.flush()
+                self.acc.log(out, step=step + 1)
+                every = tcfg.checkpoint_every
+                if (every and (step + 1) % every == 0) or step + 1 == total:
+                    self.save_checkpoint(step + 1)
+                notify_metrics(self.pm, step + 1, out)
+                bar.update(step + 1, out["reward/mean"], out["actor/loss"])
+        finally:
+            bar.close()
+            if log is not None:
+                log.close()
+        wall = time.perf_counter() - t0
+        return self._finish(wall)
+
+    def _finish(self, wall: float) -> TrainResult:
+        eval_acc = self.evaluate()
+        curve = self.reward_curve()
+        result = TrainResult(
+            run_dir=self.run_dir,
+            steps=self.config.trainer.total_steps,
+            reward_curve=curve,
+            eval_accuracy=eval_acc,
+            wall_seconds=wall,
+            profile=self.profiler.report() if self.profiler.enabled else None,
+            final_reward=self.history[-1]["reward/mean"] if self.history else math.nan,
+            history=self.history,
+        )
+        if self.is_main:
+            summary = {
+                "steps": result.steps,
+                "wall_seconds": wall,
+                "reward_curve": curve,
+                "eval_greedy_accuracy": eval_acc,
+                "profile": result.profile,
+            }
+            ckpt.write_json_atomic(self.run_dir / "summary.json", summary)
+            from trinity_core.train.plot import plot_run
+
+            plot_run(self.run_dir / "metrics.jsonl", self.run_dir / "plot.png")
+        self.acc.end_training()
+        return result
+
+    def reward_curve(self, points: int = 9) -> list[tuple[int, float]]:
+        """Mean reward over windows of the run's history at ``points`` evenly spaced steps."""
+        rows = self._read_metrics() if self.is_main else self.history
+        if not rows:
+            return []
+        window = max(len(rows) // (points * 2), 1)
+        picks = sorted({round(i * (len(rows) - 1) / (points - 1)) for i in range(points)})
+        curve = []
+        for p in picks:
+            lo = max(p - window + 1, 0)
+            values = [r["reward/mean"] for r in rows[lo : p + 1]]
+            curve.append((int(rows[p]["step"]), sum(values) / len(values)))
+        return curve
+
+    def _read_metrics(self) -> list[dict[str, float]]:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return self.history
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Greedy accuracy (mean combined reward) on the task's held-out rows (main process only)."""
+        n = self.config.tasks.eval_size
+        if n == 0 or not self.is_main:
+            return None
+        rows = self.task.eval_rows(n, self.config.trainer.seed)
+        prompts = [r["prompt"] for r in rows]
+        rollout = generate(
+            self.policy,
+            self.tokenizer,
+            prompts,
+            repeat=1,
+            max_new_tokens=self.max_new_tokens,
+            temperature=1.0,
+            greedy=True,
+        )
+        completions = self._decode(rollout)
+        fields = {k: [r[k] for r in rows] for k in self.task.fields if k != "prompt"}
+        fields["truncated"] = rollout.truncated.tolist()
+        rewards = combine_rewards(
+            self.reward_fns, self.reward_weights, self.reward_names, prompts, completions, fields
+        )
+        scored = [r for r in rewards if r is not None]
+        return sum(scored) / len(scored) if scored else None
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, step: int) -> None:
+        """Write the checkpoint of ``step`` atomically (every rank writes its RNG state)."""
+        from safetensors.torch import save_file
+
+        root = self.run_dir / "checkpoints"
+        tmp = root / f".tmp-{ckpt.step_dir_name(step)}"
+        if self.is_main:
+            ckpt.begin(root, step)
+        self.acc.wait_for_everyone()
+        ckpt.save_rng_state(tmp / f"rng-rank{self.rank}.safetensors", self.task_gen)
+        if self.is_main:
+            state = {k: v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()}
+            if getattr(self.policy.config, "tie_word_embeddings", False):
+                state.pop("lm_head.weight", None)
+            save_file(state, str(tmp / "model.safetensors"))
+            tensors, structure = ckpt.optimizer_state_tensors(self.optimizer.state_dict())
+            save_file(tensors, str(tmp / "optimizer.safetensors"))
+            (tmp / "optimizer.json").write_text(json.dumps(structure), encoding="utf-8")
+            meta = {
+                "step": step,
+                "world_size": self.acc.num_processes,
+                "scheduler": self.scheduler.state_dict(),
+                "buffer": self.reader.state_dict(),
+                "python_rng": ckpt.python_rng_state(),
+            }
+            (tmp / "state.json").write_text(json.dumps(meta), encoding="utf-8")
+        self.acc.wait_for_everyone()
+        if self.is_main:
+            ckpt.commit(root, tmp, step, self.config.trainer.keep_checkpoints)
+        self.acc.wait_for_everyone()
+
+    def _load_checkpoint(self) -> None:
+        from safetensors.torch import load_file
+
+        path = ckpt.latest_checkpoint(self.run_dir)
+        if path is None:
+            raise ckpt.CheckpointError(
+                f"--resume {self.run_dir}: no complete checkpoint in {self.run_dir / 'checkpoints'}; start a "
+                "new run (--overwrite) instead"
+            )
+        meta = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        if meta["world_size"] != self.acc.num_processes:
+            raise ckpt.CheckpointError(
+                f"{path} was written by {meta['world_size']} processes, this run has "
+                f"{self.acc.num_processes}; "
+                "resume with the same number of processes"
+            )
+        state = load_file(str(path / "model.safetensors"))
+        missing, unexpected = self.policy.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if k != "lm_head.weight"]:
+            raise ckpt.CheckpointError(
+                f"{path}: model weights do not fit the model ({missing}, {unexpected})"
+            )
+        structure = json.loads((path / "optimizer.json").read_text(encoding="utf-8"))
+        opt_state = ckpt.load_optimizer_state(load_file(str(path / "optimizer.safetensors")), structure)
+        self.optimizer.load_state_dict(opt_state)
+        self.scheduler.load_state_dict(meta["scheduler"])
+        ckpt.set_python_rng_state(meta["python_rng"])
+        ckpt.load_rng_state(path / f"rng-rank{self.rank}.safetensors", self.task_gen)
+        self.start_step = int(meta["step"])
+        if self.is_main:  # drop metrics of steps after the checkpoint: they are replayed
+            rows = self._read_metrics()
+            kept = [r for r in rows if r["step"] <= self.start_step]
+            tmp = self.run_dir / ".metrics.jsonl.tmp"
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            os.replace(tmp, self.run_dir / "metrics.jsonl")
+        self.acc.wait_for_everyone()

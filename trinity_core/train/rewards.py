@@ -1,0 +1,100 @@
+"""Reward functions for ``trinity train`` (kind ``reward_fn``, namespace ``trinity_core.reward_fns``).
+
+A reward function is any callable ``fn(prompts, completions, **fields) -> list[float | None]``:
+``prompts`` and ``completions`` are lists of strings (one entry per response), ``fields`` holds every
+other field of the task rows as lists aligned with them, plus ``truncated`` (no EOS within the
+budget). Accept ``**kwargs`` so new fields do not break the function. ``None`` means "not
+applicable": with several functions the reward is the weighted sum of the applicable ones, and a
+response none applies to gets no reward and is excluded from the group statistics and the loss.
+Named parameters without a default (other than ``prompts`` and ``completions``) are the fields the
+function needs; a task lacking one is an error before training.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["RewardFn", "combine_rewards", "exact_match", "load_reward_fns", "required_fields"]
+
+RewardFn = Callable[..., Sequence[float | None]]
+
+
+def exact_match(
+    prompts: Sequence[str], completions: Sequence[str], answer: Sequence[Any], **kwargs: Any
+) -> list[float]:
+    """1.0 when the completion equals the answer exactly (and ended with EOS), else 0.0."""
+    truncated = kwargs.get("truncated") or [False] * len(completions)
+    return [
+        1.0 if (not cut and c == str(a)) else 0.0
+        for c, a, cut in zip(completions, answer, truncated, strict=True)
+    ]
+
+
+def required_fields(fn: Callable[..., Any]) -> list[str]:
+    """Named parameters of ``fn`` without a default, ``prompts`` / ``completions`` excluded."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    bound = set(fn.keywords) if isinstance(fn, functools.partial) else set()
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.default is p.empty
+        and p.name not in {"self", "prompts", "completions", *bound}
+    ]
+
+
+def load_reward_fns(names: Sequence[str], args: Mapping[str, Mapping[str, Any]]) -> list[RewardFn]:
+    """Resolve reward functions by name; ``args[name]`` are bound as keywords (a class is instantiated)."""
+    from trinity_core import registry
+
+    fns: list[RewardFn] = []
+    for name in names:
+        obj = registry.resolve("reward_fn", name)
+        kwargs = dict(args.get(name, {}))
+        if isinstance(obj, type):
+            fns.append(registry.create("reward_fn", name, kwargs))
+        else:
+            fns.append(functools.partial(obj, **kwargs) if kwargs else obj)
+    return fns
+
+
+def combine_rewards(
+    fns: Sequence[RewardFn],
+    weights: Sequence[float],
+    names: Sequence[str],
+    prompts: list[str],
+    completions: list[str],
+    fields: Mapping[str, list[Any]],
+) -> list[float | None]:
+    """Weighted sum of the applicable rewards per response (``None`` when no function applies).
+
+    Raises:
+        ValueError: a function returned the wrong number of values, or a NaN / infinite value.
+    """
+    total: list[float | None] = [None] * len(completions)
+    for fn, weight, name in zip(fns, weights, names, strict=True):
+        values = list(fn(prompts, completions, **fields))
+        if len(values) != len(completions):
+            raise ValueError(
+                f"reward function {name!r} returned {len(values)} values for {len(completions)} completions"
+            )
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            v = float(v)
+            if not math.isfinite(v):
+                raise ValueError(
+                    f"reward function {name!r} returned {v} for completion {completions[i]!r}; return a "
+                    "finite float, or None for 'not applicable'"
+                )
+            prev = total[i]
+            total[i] = weight * v if prev is None else prev + weight * v
+    return total

@@ -1,0 +1,112 @@
+"""Rollout: sample ``G`` responses per prompt with Hugging Face ``generate``.
+
+Prompts are encoded as ``<bos>`` + text (when the tokenizer has a BOS), left-padded; responses end at the
+first EOS (kept, so the policy learns to stop) or after ``max_new_tokens`` (truncated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["Rollout", "encode_prompts", "generate"]
+
+
+@dataclass
+class Rollout:
+    """The sampled responses of one step, ``N = len(prompts) * G`` rows, prompt-major.
+
+    Attributes:
+        prompt_ids: ``(N, P)`` left-padded prompt ids.
+        prompt_mask: ``(N, P)`` bool, True on real prompt tokens.
+        response_ids: ``(N, T)`` generated ids, pad after the first EOS.
+        response_lengths: ``(N,)`` int64, tokens up to and including the first EOS (``T`` if none).
+        truncated: ``(N,)`` bool, no EOS within ``T`` tokens.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_lengths: Tensor
+    truncated: Tensor
+
+    @property
+    def response_mask(self) -> Tensor:
+        """``(N, T)`` bool, True on the real response tokens."""
+        col = torch.arange(self.response_ids.shape[1], device=self.response_ids.device)
+        return col < self.response_lengths[:, None]
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[str], device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(ids, mask)`` of ``prompts``, ``<bos>``-prefixed when the tokenizer has one, left-padded."""
+    bos = tokenizer.bos_token_id
+    rows = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    if bos is not None:
+        rows = [[bos, *r] if not r or r[0] != bos else r for r in rows]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = True
+    return ids.to(device), mask.to(device)
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    repeat: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    greedy: bool = False,
+) -> Rollout:
+    """Sample ``repeat`` responses for each prompt (rows ``i*repeat .. i*repeat+repeat-1`` for prompt ``i``).
+
+    Uses the global torch RNG (seeded by the trainer and saved in checkpoints).
+    """
+    device = next(model.parameters()).device
+    ids, mask = encode_prompts(tokenizer, prompts, device)
+    ids = ids.repeat_interleave(repeat, dim=0)
+    mask = mask.repeat_interleave(repeat, dim=0)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    sampling: dict[str, Any] = (
+        {"do_sample": False}
+        if greedy
+        else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k or None}
+    )
+    was_training = model.training
+    model.eval()
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask.long(),
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=1,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        use_cache=True,
+        **sampling,
+    )
+    model.train(was_training)
+    response = out[:, ids.shape[1] :]
+    if response.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
+        extra = torch.full(
+            (response.shape[0], max_new_tokens - response.shape[1]), pad, dtype=response.dtype, device=device
+        )
+        response = torch.cat([response, extra], dim=1)
+    is_eos = response == eos
+    has_eos = is_eos.any(dim=1)
+    first = torch.where(has_eos, is_eos.int().argmax(dim=1), response.shape[1] - 1)
+    lengths = first + 1
+    col = torch.arange(response.shape[1], device=device)
+    response = torch.where(col < lengths[:, None], response, pad)
+    return Rollout(ids, mask, response, lengths.long(), ~has_eos)
