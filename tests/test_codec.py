@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -543,3 +544,175 @@ def test_payload_not_larger_than_reference() -> None:
         for e in theirs
     ]
     assert len(serialize_many(ours)) <= len(ref.Experience.serialize_many(theirs))
+
+
+# ------------------------------------------------------------------------------- numeric columns in the blob
+
+
+def header_of(payload: bytes) -> dict[str, Any]:
+    """The JSON header of a payload."""
+    header_len = struct.unpack_from("<Q", payload, 5)[0]
+    header: dict[str, Any] = json.loads(payload[21 : 21 + header_len])
+    return header
+
+
+def test_varying_int_ids_and_prompt_lengths_travel_as_int64_in_the_blob() -> None:
+    exps = [
+        Experience(
+            eid=EID(batch=7, task=i // 2, run=i % 2, step=-(2**63) if i == 5 else i, suffix=f"s{i}"),
+            tokens=[1, 2, 3, 4, 5],
+            prompt_length=1 + i % 3,
+        )
+        for i in range(6)
+    ]
+    exps[4].eid.step = 2**63 - 1  # both ends of the int64 range
+    columns = header_of(serialize_many(exps))["columns"]
+    assert columns["eid.batch"] == {"c": 7}
+    for name in ("eid.task", "eid.run", "eid.step", "prompt_length"):
+        assert columns[name] == {"i64": f"column.{name}"}
+    assert columns["eid.suffix"] == {"v": [f"s{i}" for i in range(6)]}  # always a JSON list
+    out = roundtrip(exps)
+    assert [e.eid.step for e in out] == [0, 1, 2, 3, 2**63 - 1, -(2**63)]
+
+
+def test_ids_beyond_int64_or_of_mixed_types_stay_in_the_json_header() -> None:
+    exps = [
+        Experience(eid=EID(batch=batch, task=task, run=run), tokens=[1, 2], prompt_length=1)
+        for batch, task, run in [(2**63, 1, 0), (-1, "x", 0), (0, 2, 1)]
+    ]
+    columns = header_of(serialize_many(exps))["columns"]
+    assert columns["eid.batch"] == {"v": [2**63, -1, 0]}
+    assert columns["eid.task"] == {"v": [1, "x", 2]}
+    assert columns["eid.run"] == {"i64": "column.eid.run"}
+    roundtrip(exps)
+
+
+id_values = st.integers(-(2**63), 2**63 - 1) | st.integers(-(2**70), 2**70) | st.text(max_size=3)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(id_values, st.integers(-(2**64), 2**64)), min_size=1, max_size=6))
+def test_hypothesis_id_and_prompt_length_columns(rows: list[tuple[int | str, int]]) -> None:
+    exps = []
+    for task, length in rows:
+        exp = Experience(eid=EID(task=task, run=length % 4), tokens=[1, 2], prompt_length=1)
+        exp.prompt_length = length  # any int is written as it is, in or out of range
+        exps.append(exp)
+    columns = header_of(serialize_many(exps))["columns"]
+    for name, values in (("eid.task", [t for t, _ in rows]), ("prompt_length", [n for _, n in rows])):
+        all_ints = all(type(v) is int for v in values)
+        if len(set(map(type, values))) == 1 and len(set(values)) == 1:
+            assert columns[name] == {"c": values[0]}
+        elif all_ints and all(-(2**63) <= v < 2**63 for v in values):
+            assert columns[name] == {"i64": f"column.{name}"}
+        else:
+            assert columns[name] == {"v": values}
+    roundtrip(exps)
+
+
+def int_column_payload() -> bytes:
+    return serialize_many([Experience(eid=EID(task=i), tokens=[1, 2], prompt_length=1) for i in range(3)])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda h: h["columns"].update({"eid.task": {"i64": "column.eid.run"}}), "the i64 form must name"),
+        (lambda h: h["columns"].update({"eid.task": {"i64": "column.reward"}}), "the i64 form must name"),
+        (lambda h: h["columns"].update({"eid.task": {"f64": "column.eid.task"}}), "unknown form"),
+        (lambda h: h["columns"].update({"eid.suffix": {"i64": "column.eid.task"}}), "unknown form"),
+        (lambda h: h["columns"].update({"eid.task": {"c": 1}}), "unexpected tensors"),
+        (lambda h: h["columns"].update(prompt_length={"i64": "column.prompt_length"}), "missing from"),
+        (lambda h: h["columns"].update({"eid.task": {"i64": "column.eid.task", "v": [1, 2, 3]}}), "one key"),
+    ],
+)
+def test_structural_checks_of_int_columns(change: Any, message: str) -> None:
+    data = int_column_payload()
+    assert header_of(data)["columns"]["eid.task"] == {"i64": "column.eid.task"}
+    with pytest.raises(ExperienceDecodeError, match=message):
+        deserialize_many(edit_header(data, change))
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.zeros(3, dtype=torch.int32),
+        torch.zeros(3, dtype=torch.float64),
+        torch.zeros(2, dtype=torch.int64),
+    ],
+)
+def test_int_column_tensor_of_the_wrong_dtype_or_shape_is_rejected(tensor: torch.Tensor) -> None:
+    from trinity_core.codec import _decode_blob_column, _Malformed
+
+    with pytest.raises(_Malformed, match=r"'eid.run': blob tensor must be int64 of shape \(3,\)"):
+        _decode_blob_column("eid.run", {"i64": "column.eid.run"}, 3, {"column.eid.run": tensor}, set())
+
+
+# ------------------------------------------------------------------------------------ encoder robustness
+
+
+def test_encoding_never_compares_field_values_with_eq(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Columns are scanned by type and identity: ``==`` on a tensor or an array would be slow or raise."""
+
+    def refuse(self: Any, other: Any) -> Any:
+        raise AssertionError("Tensor.__eq__ called while encoding")
+
+    exps = rich_experiences()
+    monkeypatch.setattr(torch.Tensor, "__eq__", refuse)
+    payload = serialize_many(exps)
+    monkeypatch.undo()
+    for got, want in zip(deserialize_many(payload), exps, strict=True):
+        assert_same_experience(got, want)
+
+
+def test_array_in_a_free_form_column_round_trips() -> None:
+    exps = [Experience(tokens=[1, 2], prompt_length=1) for _ in range(2)]
+    exps[0].messages = np.arange(3)  # type: ignore[assignment]
+    out = roundtrip(exps)
+    assert isinstance(out[0].messages, np.ndarray)
+    assert out[1].messages is None
+
+
+def test_wrong_eid_type_names_the_item() -> None:
+    exps = [Experience(tokens=[1, 2], prompt_length=1) for _ in range(3)]
+    exps[2].eid = {"batch": 1}  # type: ignore[assignment]
+    with pytest.raises(ExperienceEncodeError, match=r"experiences\[2\]\.eid: must be an EID, got dict"):
+        serialize_many(exps)
+
+
+@pytest.mark.parametrize(
+    ("middle", "layout"),
+    [
+        (torch.arange(3, dtype=torch.int32), "lens"),  # another length
+        (torch.arange(8, dtype=torch.int32).view(2, 4), "shapes"),  # same numel, 2-D
+        (torch.tensor(7, dtype=torch.int32), "shapes"),  # 0-d
+        (torch.arange(8, dtype=torch.int32)[::2], "len"),  # the same shape, not contiguous
+    ],
+)
+def test_a_field_is_measured_when_the_first_and_last_shapes_do_not_tell(
+    middle: torch.Tensor, layout: str
+) -> None:
+    exps = [Experience(tokens=[1, 2, 3, 4, 5], prompt_length=1) for _ in range(4)]
+    for exp in exps:
+        exp.advantages = torch.arange(4, dtype=torch.int32)
+    exps[2].advantages = middle
+    payload = serialize_many(exps)
+    assert layout in header_of(payload)["tensors"]["advantages"]
+    for got, want in zip(deserialize_many(payload), exps, strict=True):
+        assert_same_experience(got, want)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_encoding_restores_the_garbage_collector_state(enabled: bool) -> None:
+    bad = Experience(tokens=[1, 2], prompt_length=1)
+    bad.reward = "high"  # type: ignore[assignment]
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        serialize_many(rich_experiences())
+        assert gc.isenabled() is enabled
+        with pytest.raises(ExperienceEncodeError):
+            serialize_many([bad])
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()

@@ -47,7 +47,20 @@ def _payloads() -> list[bytes]:
     )
     c = Experience(tokens=[1], chosen=[2, 3], rejected=[4])
     d = Experience(tokens=[1, 2, 3, 4, 5], prompt_length=3, reward=0.0)
-    return [serialize_many([a, b, c]), serialize_many([d, d]), serialize_many([c]), serialize_many([])]
+    # Varying int ids, prompt lengths and float rewards: the numeric columns that live in the blob.
+    numeric = [
+        Experience(
+            eid=EID(batch=i, task=2 * i, run=i, step=i), tokens=[1, 2, 3], prompt_length=1 + i, reward=i / 3
+        )
+        for i in range(2)
+    ]
+    return [
+        serialize_many([a, b, c]),
+        serialize_many([d, d]),
+        serialize_many([c]),
+        serialize_many([]),
+        serialize_many(numeric),
+    ]
 
 
 PAYLOADS = _payloads()
@@ -119,7 +132,9 @@ json_values = st.recursive(
     | st.integers(-3, 2**40)
     | st.floats()
     | st.text(max_size=6)
-    | st.sampled_from(["$t", "tensor", "map", "int32", "bool", "c", "v", "j", "len", "lens", "present"]),
+    | st.sampled_from(
+        ["$t", "tensor", "map", "int32", "bool", "c", "v", "j", "len", "lens", "present", "i64", "f64"]
+    ),
     lambda children: (
         st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
     ),

@@ -10,7 +10,9 @@ single flat tensor of the blob; the header records which experiences have it (``
 all), its dtype and the per-item lengths (one ``len`` when all are equal) or shapes. Scalar fields are
 columns stored as one value for all (``{"c": v}``), a list (``{"v": [...]}``) or, for free-form
 columns with nothing tagged, a plain JSON list (``{"j": [...]}``); a column whose every value is the
-default (``info == {}``, ``reward is None``, ...) is left out. Free-form values (``info``,
+default (``info == {}``, ``reward is None``, ...) is left out. Varying integer ids and prompt lengths
+and varying float rewards travel as one int64 / float64 tensor of the blob instead (``{"i64": key}``,
+``{"f64": key}``). Free-form values (``info``,
 ``metrics``, messages, tools) use the tagged JSON of :mod:`trinity_core.jsonvalue`. See
 ``docs/wire-format.md`` for the full specification.
 
@@ -23,6 +25,7 @@ unsafe ``allow_pickle=True``.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import gc
 import json
@@ -32,7 +35,7 @@ import platform
 import struct
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
@@ -118,27 +121,20 @@ class ExperienceEncodeError(TypeError):
 
 
 # ------------------------------------------------------------------------------------------- columns
-# Scalar columns: name on the wire -> (getter, allowed types, default or _REQUIRED).
+# Scalar columns: name on the wire -> (allowed types, default or _REQUIRED).
 _REQUIRED = object()
-
-
-def _eid_getter(name: str) -> Callable[[Experience], Any]:
-    get = operator.attrgetter(f"eid.{name}")
-    return get
-
-
-_SCALAR_COLUMNS: dict[str, tuple[Callable[[Experience], Any], frozenset[type], Any]] = {
-    "eid.batch": (_eid_getter("batch"), frozenset({int, str}), _REQUIRED),
-    "eid.task": (_eid_getter("task"), frozenset({int, str}), _REQUIRED),
-    "eid.run": (_eid_getter("run"), frozenset({int, str}), _REQUIRED),
-    "eid.step": (_eid_getter("step"), frozenset({int, str}), _REQUIRED),
-    "eid.suffix": (_eid_getter("suffix"), frozenset({str}), _REQUIRED),
-    "prompt_length": (operator.attrgetter("prompt_length"), frozenset({int}), _REQUIRED),
-    "experience_type": (operator.attrgetter("experience_type"), frozenset({str}), _REQUIRED),
-    "reward": (operator.attrgetter("reward"), frozenset({float, int, _NONE}), None),
-    "truncate_status": (operator.attrgetter("truncate_status"), frozenset({str, _NONE}), None),
-    "response_text": (operator.attrgetter("response_text"), frozenset({str, _NONE}), None),
-    "prompt_text": (operator.attrgetter("prompt_text"), frozenset({str, _NONE}), None),
+_SCALAR_COLUMNS: dict[str, tuple[frozenset[type], Any]] = {
+    "eid.batch": (frozenset({int, str}), _REQUIRED),
+    "eid.task": (frozenset({int, str}), _REQUIRED),
+    "eid.run": (frozenset({int, str}), _REQUIRED),
+    "eid.step": (frozenset({int, str}), _REQUIRED),
+    "eid.suffix": (frozenset({str}), _REQUIRED),
+    "prompt_length": (frozenset({int}), _REQUIRED),
+    "experience_type": (frozenset({str}), _REQUIRED),
+    "reward": (frozenset({float, int, _NONE}), None),
+    "truncate_status": (frozenset({str, _NONE}), None),
+    "response_text": (frozenset({str, _NONE}), None),
+    "prompt_text": (frozenset({str, _NONE}), None),
 }
 # Free-form columns (tagged JSON, one fresh value per item): name -> default factory (dict) or None.
 _JSON_COLUMNS: dict[str, type[dict[str, Any]] | None] = {
@@ -149,8 +145,22 @@ _JSON_COLUMNS: dict[str, type[dict[str, Any]] | None] = {
     "chosen_messages": None,
     "rejected_messages": None,
 }
-#: Blob key of the ``reward`` column when it travels as a float64 tensor (``{"f64": key}``).
-_REWARD_KEY = "column.reward"
+#: Blob forms of scalar columns: form -> (the one Python type of the values, ``array`` typecode, dtype).
+_BLOB_FORMS: dict[str, tuple[type, str, torch.dtype]] = {
+    "f64": (float, "d", torch.float64),
+    "i64": (int, "q", torch.int64),
+}
+#: Columns that travel as one tensor of the blob (``{form: "column.<name>"}``) when their values vary and
+#: all have the form's type: bit-exact floats (NaN payloads and -0.0 kept), and far cheaper than writing
+#: and parsing thousands of number literals in the JSON header.
+_BLOB_COLUMNS: dict[str, str] = {
+    "eid.batch": "i64",
+    "eid.task": "i64",
+    "eid.run": "i64",
+    "eid.step": "i64",
+    "prompt_length": "i64",
+    "reward": "f64",
+}
 #: Always written as a full list, so that the header's size bounds the number of experiences it can
 #: claim (a few bytes of header can never make the decoder build millions of objects).
 _COUNTED_COLUMN = "eid.suffix"
@@ -158,13 +168,49 @@ _FIELD_NAMES = frozenset(experience_field_names())
 _EID_NAMES = ("batch", "task", "run", "step", "suffix")
 _ALL_COLUMNS = frozenset({*_SCALAR_COLUMNS, *_JSON_COLUMNS, "custom_fields"})
 _HEADER_KEYS = frozenset({"n", "columns", "tensors", "mm"})
+#: Every attribute of an experience, then those of its EID, in the order :data:`_ROW_GETTER` returns them.
+_ROW_NAMES = (*experience_field_names(), *(f"eid.{part}" for part in _EID_NAMES))
+_ROW_GETTER = operator.attrgetter(*_ROW_NAMES)
+
+
+def _blob_key(column: str) -> str:
+    return f"column.{column}"
 
 
 # ------------------------------------------------------------------------------------------- encoding
+#: The values of one column: a tuple from the transposed rows, or a list built from it.
+_Values = tuple[Any, ...] | list[Any]
 
 
 def _encode_error(index: int, field: str, message: str) -> ExperienceEncodeError:
     return ExperienceEncodeError(f"experiences[{index}].{field}: {message}")
+
+
+def _field_columns(experiences: list[Experience]) -> dict[str, _Values]:
+    """Every field of every experience, one tuple of values per name of :data:`_ROW_NAMES`.
+
+    Each experience is visited once, by one getter returning all its attributes (the EID's included),
+    and the rows are then transposed. Fetching field by field instead walks every object's memory once
+    per field, which costs more than everything else on the Python side of encoding once the heap is
+    fragmented.
+    """
+    if not experiences:
+        return {name: () for name in _ROW_NAMES}
+    try:
+        rows = list(map(_ROW_GETTER, experiences))
+    except AttributeError:
+        _check_eids(tuple(exp.eid for exp in experiences))  # name the item when its eid is to blame
+        raise
+    fields: dict[str, _Values] = dict(zip(_ROW_NAMES, zip(*rows, strict=True), strict=True))
+    _check_eids(fields["eid"])
+    return fields
+
+
+def _check_eids(eids: _Values) -> None:
+    if set(map(type, eids)) != {EID}:  # subclasses and wrong types: check one by one
+        for index, eid in enumerate(eids):
+            if not isinstance(eid, EID):
+                raise _encode_error(index, "eid", f"must be an EID, got {type(eid).__name__}")
 
 
 def _coerce_scalar(value: Any, allowed: frozenset[type], index: int, name: str) -> Any:
@@ -180,8 +226,12 @@ def _coerce_scalar(value: Any, allowed: frozenset[type], index: int, name: str) 
 
 
 def _scalar_column(
-    name: str, values: list[Any], allowed: frozenset[type], default: Any
+    name: str, values: _Values, allowed: frozenset[type], default: Any, blob: list[_BlobEntry]
 ) -> dict[str, Any] | None:
+    """The header column of scalar field ``name``, or ``None`` when every value is the default.
+
+    Varying numbers of the columns in :data:`_BLOB_COLUMNS` are appended to ``blob`` instead.
+    """
     kinds = set(map(type, values))
     if not kinds <= allowed:
         values = [_coerce_scalar(v, allowed, i, name) for i, v in enumerate(values)]
@@ -199,10 +249,20 @@ def _scalar_column(
         if default is not _REQUIRED and first is default:
             return None
         return {"c": first}
+    form = _BLOB_COLUMNS.get(name)
+    if form is not None and kinds == {_BLOB_FORMS[form][0]}:
+        _, typecode, dtype = _BLOB_FORMS[form]
+        try:
+            packed = array.array(typecode, values)
+        except OverflowError:  # ints outside int64 stay in the JSON header, which holds any int
+            return {"v": values}
+        key = _blob_key(name)
+        blob.append(_BlobEntry(key, dtype, [len(values)], [torch.frombuffer(packed, dtype=dtype)]))
+        return {form: key}
     return {"v": values}
 
 
-def _json_column(name: str, values: list[Any], default: type[dict[str, Any]] | None) -> dict[str, Any] | None:
+def _json_column(name: str, values: _Values, default: type[dict[str, Any]] | None) -> dict[str, Any] | None:
     if default is dict:
         if set(map(type, values)) != {dict}:
             for index, value in enumerate(values):
@@ -211,7 +271,7 @@ def _json_column(name: str, values: list[Any], default: type[dict[str, Any]] | N
             values = [dict(v) for v in values]
         if not any(values):
             return None
-    elif values.count(None) == len(values):
+    elif set(map(type, values)) == {_NONE}:
         return None
     try:
         encoded = [to_json_value(value) for value in values]
@@ -228,8 +288,7 @@ def _json_column(name: str, values: list[Any], default: type[dict[str, Any]] | N
     return {"v": encoded}
 
 
-def _custom_fields_column(experiences: Sequence[Experience]) -> dict[str, Any] | None:
-    lists = [exp.custom_fields for exp in experiences]
+def _custom_fields_column(lists: _Values) -> dict[str, Any] | None:
     if not any(lists):
         return None
     encoded: list[list[list[str]]] = []
@@ -253,7 +312,7 @@ def _custom_fields_column(experiences: Sequence[Experience]) -> dict[str, Any] |
     return {"v": encoded}
 
 
-def _check_tensors(field: str, tensors: list[Any], present: list[int]) -> None:
+def _check_tensors(field: str, tensors: _Values, present: Sequence[int]) -> None:
     for index, value in zip(present, tensors, strict=True):
         if not isinstance(value, Tensor):
             raise _encode_error(index, field, f"must be a torch.Tensor or None, got {type(value).__name__}")
@@ -263,8 +322,8 @@ def _check_tensors(field: str, tensors: list[Any], present: list[int]) -> None:
             raise _encode_error(index, field, f"must be a dense tensor, got layout {value.layout}")
 
 
-def _new_bytes(size: int) -> tuple[bytes | bytearray, Any]:
-    """A new, not yet shared payload object of ``size`` bytes and a writable buffer over its memory.
+def _new_bytes(size: int) -> tuple[bytes | bytearray, memoryview]:
+    """A new, not yet shared payload object of ``size`` bytes and a writable view of its memory.
 
     On CPython the payload is a ``bytes`` object allocated uninitialised with the C API
     (``PyBytes_FromStringAndSize(NULL, size)``, which exists so that the creator fills it before anyone
@@ -274,46 +333,64 @@ def _new_bytes(size: int) -> tuple[bytes | bytearray, Any]:
     """
     if _PY_BYTES_NEW is None or size == 0:
         buffer = bytearray(size)
-        return buffer, buffer
+        return buffer, memoryview(buffer)
     payload = _PY_BYTES_NEW(None, size)
     address = ctypes.cast(ctypes.c_char_p(payload), ctypes.c_void_p).value
     assert address is not None
-    return payload, (ctypes.c_ubyte * size).from_address(address)
+    # A plain byte view: slice assignment into the ctypes array itself goes byte by byte.
+    return payload, memoryview((ctypes.c_ubyte * size).from_address(address)).cast("B")
 
 
 class _BlobEntry:
-    """One tensor of the safetensors blob: its name, dtype, shape and the pieces concatenated into it."""
+    """One tensor of the safetensors blob: its name, dtype, shape and the pieces concatenated into it.
 
-    __slots__ = ("dtype", "name", "pieces", "shape")
+    ``rows`` is set when the pieces are taken to be ``rows`` 1-D tensors of one length without having
+    been measured; the copy then checks it (see :func:`_fill`).
+    """
 
-    def __init__(self, name: str, dtype: torch.dtype, shape: list[int], pieces: list[Tensor]) -> None:
+    __slots__ = ("dtype", "name", "pieces", "rows", "shape")
+
+    def __init__(
+        self, name: str, dtype: torch.dtype, shape: list[int], pieces: _Values, rows: int | None = None
+    ) -> None:
         self.name = name
         self.dtype = dtype
         self.shape = shape
         self.pieces = pieces
+        self.rows = rows
 
     @property
     def nbytes(self) -> int:
         return _numel(self.shape) * self.dtype.itemsize
 
 
+class _Ragged(Exception):
+    """Internal: the pieces of an entry with ``rows`` turned out not to share one 1-D shape."""
+
+
 def _tensor_field(
-    field: str, experiences: Sequence[Experience], blob: list[_BlobEntry]
+    field: str, values: _Values, blob: list[_BlobEntry], *, measure: bool
 ) -> dict[str, Any] | None:
-    values = list(map(operator.attrgetter(field), experiences))
-    kinds = set(map(type, values))
+    """The header spec of tensor field ``field``; its blob entries are appended to ``blob``.
+
+    Every value must be ``None`` or a tensor with an allowed dtype. Unless ``measure`` is set, a field
+    whose first and last tensors are 1-D of the same non-zero length is assumed to have that length
+    throughout: reading every shape costs a pass over all tensors, while :func:`_fill` verifies the
+    assumption for free, and :func:`serialize_many` starts over with ``measure=True`` if it is wrong.
+    """
+    kinds = set(map(type, values))  # not values.count(None): that runs Tensor.__eq__ per item
     if kinds == {_NONE} or not values:
         return None
     spec: dict[str, Any]
     if _NONE in kinds:
-        present = [i for i, v in enumerate(values) if v is not None]
-        tensors: list[Any] = [values[i] for i in present]
+        present: Sequence[int] = [i for i, v in enumerate(values) if v is not None]
+        tensors: _Values = [values[i] for i in present]
         spec = {"present": present}
-        kinds.discard(_NONE)
     else:
-        present = list(range(len(values)))
+        present = range(len(values))
         tensors = values
         spec = {"present": None}
+    kinds.discard(_NONE)
     dtypes = set(map(_DTYPE, tensors)) if kinds == {Tensor} else set()
     if len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPE_NAMES:
         _check_tensors(field, tensors, present)
@@ -326,6 +403,11 @@ def _tensor_field(
         return spec
     (dtype,) = dtypes
     spec["dtype"] = _DTYPE_NAMES[dtype]
+    first = tensors[0].shape
+    if not measure and len(tensors) > 1 and len(first) == 1 and first[0] and tensors[-1].shape == first:
+        spec["len"] = first[0]
+        blob.append(_BlobEntry(field, dtype, [first[0] * len(tensors)], tensors, rows=len(tensors)))
+        return spec
     shapes = list(map(_SHAPE, tensors))
     if len(shapes[0]) == 1 and shapes.count(shapes[0]) == len(shapes):  # the common case: one length
         spec["len"] = shapes[0][0]
@@ -341,9 +423,8 @@ def _tensor_field(
     return spec
 
 
-def _multi_modal(experiences: Sequence[Experience], blob: list[_BlobEntry]) -> dict[str, Any] | None:
-    values = [exp.multi_modal_inputs for exp in experiences]
-    if values.count(None) == len(values):
+def _multi_modal(values: _Values, blob: list[_BlobEntry]) -> dict[str, Any] | None:
+    if set(map(type, values)) == {_NONE}:
         return None
     present: list[int] = []
     keys: list[list[str]] = []
@@ -366,19 +447,31 @@ def _multi_modal(experiences: Sequence[Experience], blob: list[_BlobEntry]) -> d
     return {"present": present, "keys": keys}
 
 
-def _fill(target: Tensor, pieces: list[Tensor]) -> None:
-    """Copy the flattened ``pieces`` one after another into the 1-D ``target``."""
+def _fill(target: Tensor, entry: _BlobEntry) -> None:
+    """Copy the flattened pieces of ``entry`` one after another into the 1-D ``target``.
+
+    Pieces of an entry with ``rows`` are stacked into a ``(rows, length)`` view of the target, which
+    raises unless every piece has exactly the shape ``(length,)``: that is the check that lets
+    :func:`_tensor_field` skip reading their shapes. A failure raises :class:`_Ragged`.
+    """
+    pieces = entry.pieces
     with torch.no_grad():
+        if entry.rows is not None:
+            try:
+                torch.stack(pieces, out=target.view(entry.rows, -1))
+            except RuntimeError as exc:  # another shape somewhere (or another device): measure them all
+                raise _Ragged(entry.name) from exc
+            return
         if len(pieces) == 1:
             target.copy_(pieces[0].reshape(-1))
             return
         flat = [piece.reshape(-1) for piece in pieces] if pieces[0].dim() != 1 else pieces
         try:
             torch.cat(flat, out=target)
-        except RuntimeError:  # pieces on other devices or with other memory formats: copy one by one
+        except RuntimeError:  # pieces of several ranks or on other devices: copy one by one
             offset = 0
             for piece in flat:
-                target[offset : offset + piece.numel()].copy_(piece)
+                target[offset : offset + piece.numel()].copy_(piece.reshape(-1))
                 offset += piece.numel()
 
 
@@ -416,7 +509,7 @@ def _write(header: dict[str, Any], entries: list[_BlobEntry]) -> bytes:
         numel = _numel(entry.shape)
         if numel:
             start = data_start + int(st_header[entry.name]["data_offsets"][0])
-            _fill(torch.frombuffer(buffer, dtype=entry.dtype, count=numel, offset=start), entry.pieces)
+            _fill(torch.frombuffer(buffer, dtype=entry.dtype, count=numel, offset=start), entry)
     del buffer
     return payload if isinstance(payload, bytes) else bytes(payload)
 
@@ -436,44 +529,49 @@ def serialize_many(experiences: Sequence[Experience]) -> bytes:
                 raise ExperienceEncodeError(
                     f"experiences[{index}]: expected an Experience, got {type(exp).__name__}"
                 )
-    count = len(experiences)
+    # Transposing the fields makes one tuple per item; each would count towards the cyclic collector's
+    # next pass over the whole heap. Nothing here creates reference cycles.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _encode(experiences)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _encode(experiences: list[Experience]) -> bytes:
+    fields = _field_columns(experiences)
     columns: dict[str, Any] = {}
-    for name, (getter, allowed, default) in _SCALAR_COLUMNS.items():
-        try:
-            values = list(map(getter, experiences))
-        except AttributeError:
-            for index, exp in enumerate(experiences):
-                if not isinstance(exp.eid, EID):
-                    raise _encode_error(
-                        index, "eid", f"must be an EID, got {type(exp.eid).__name__}"
-                    ) from None
-            raise
-        column = _scalar_column(name, values, allowed, default)
+    column_blob: list[_BlobEntry] = []
+    for name, (allowed, default) in _SCALAR_COLUMNS.items():
+        column = _scalar_column(name, fields[name], allowed, default, column_blob)
         if column is not None:
             columns[name] = column
     for name, factory in _JSON_COLUMNS.items():
-        column = _json_column(name, list(map(operator.attrgetter(name), experiences)), factory)
+        column = _json_column(name, fields[name], factory)
         if column is not None:
             columns[name] = column
-    custom = _custom_fields_column(experiences)
+    custom = _custom_fields_column(fields["custom_fields"])
     if custom is not None:
         columns["custom_fields"] = custom
+    try:
+        return _write_with_tensors(fields, columns, column_blob, measure=False)
+    except _Ragged:  # a field's tensors were taken to share one shape and do not
+        return _write_with_tensors(fields, columns, column_blob, measure=True)
 
-    blob: list[_BlobEntry] = []
-    reward = columns.get("reward")
-    if reward is not None and "v" in reward and set(map(type, reward["v"])) == {float}:
-        # Varying float rewards travel as one float64 tensor: bit-exact (NaN payloads and -0.0 kept)
-        # and far cheaper than writing and parsing thousands of float literals in the JSON header.
-        reward_tensor = torch.tensor(reward["v"], dtype=torch.float64)
-        blob.append(_BlobEntry(_REWARD_KEY, torch.float64, [count], [reward_tensor]))
-        columns["reward"] = {"f64": _REWARD_KEY}
+
+def _write_with_tensors(
+    fields: dict[str, _Values], columns: dict[str, Any], column_blob: list[_BlobEntry], *, measure: bool
+) -> bytes:
+    blob = list(column_blob)
     tensors: dict[str, Any] = {}
     for field in TENSOR_FIELDS:
-        spec = _tensor_field(field, experiences, blob)
+        spec = _tensor_field(field, fields[field], blob, measure=measure)
         if spec is not None:
             tensors[field] = spec
-    header: dict[str, Any] = {"n": count, "columns": columns, "tensors": tensors}
-    multi_modal = _multi_modal(experiences, blob)
+    header: dict[str, Any] = {"n": len(fields["eid"]), "columns": columns, "tensors": tensors}
+    multi_modal = _multi_modal(fields["multi_modal_inputs"], blob)
     if multi_modal is not None:
         header["mm"] = multi_modal
     return _write(header, blob)
@@ -541,23 +639,35 @@ def _column_spec(name: str, spec: Any, count: int, forms: tuple[str, ...]) -> tu
     return form, payload
 
 
+def _is_blob_form(name: str, spec: Any) -> bool:
+    """Whether ``spec`` is the blob form of column ``name`` (``{form: key}``, see :data:`_BLOB_COLUMNS`)."""
+    form = _BLOB_COLUMNS.get(name)
+    return form is not None and type(spec) is dict and spec.keys() == {form}
+
+
+def _decode_blob_column(
+    name: str, spec: dict[str, Any], count: int, blob: dict[str, Tensor], used: set[str]
+) -> list[Any]:
+    form, key = _BLOB_COLUMNS[name], _blob_key(name)
+    _require(spec == {form: key}, f"column {name!r}: the {form} form must name {key!r}")
+    _, _, dtype = _BLOB_FORMS[form]
+    values = _blob_tensor(blob, key, used)
+    _require(
+        values.dtype == dtype and tuple(values.shape) == (count,),
+        f"column {name!r}: blob tensor must be {_DTYPE_NAMES[dtype]} of shape ({count},)",
+    )
+    column: list[Any] = values.tolist()
+    return column
+
+
 def _decode_reward_tensor(
     spec: dict[str, Any], count: int, blob: dict[str, Tensor], used: set[str]
-) -> _Column:
-    _require(spec == {"f64": _REWARD_KEY}, f"column 'reward': the f64 form must name {_REWARD_KEY!r}")
-    values = _blob_tensor(blob, _REWARD_KEY, used)
-    _require(
-        values.dtype == torch.float64 and tuple(values.shape) == (count,),
-        f"column 'reward': blob tensor must be float64 of shape ({count},)",
-    )
-    rewards: list[Any] = values.tolist()
-    return rewards
+) -> list[Any]:
+    return _decode_blob_column("reward", spec, count, blob, used)
 
 
 def _decode_scalar(name: str, spec: Any, count: int) -> _Column:
-    _, allowed, default = _SCALAR_COLUMNS[name]
-    if name == "reward" and type(spec) is dict and spec.keys() == {"f64"}:
-        return _Same(None)  # placeholder: the values live in the blob, read by _decode_reward_tensor
+    allowed, default = _SCALAR_COLUMNS[name]
     if spec is None:
         _require(default is not _REQUIRED or count == 0, f"required column {name!r} is missing")
         return _Same(default)
@@ -821,6 +931,15 @@ def _instances(cls: type[Any], records: list[dict[str, Any]]) -> list[Any]:
     return objects
 
 
+def _put_column(
+    name: str, column: _Column, fields: dict[str, _Column], eid_columns: dict[str, _Column]
+) -> None:
+    if name.startswith("eid."):
+        eid_columns[name[4:]] = column
+    else:
+        fields[name] = column
+
+
 def _decode(data: bytes) -> list[Experience]:
     header_bytes, blob_view = _split_payload(data)
     header = json.loads(header_bytes)
@@ -842,12 +961,13 @@ def _decode(data: bytes) -> list[Experience]:
     # before anything is built per item.
     fields: dict[str, _Column] = {}
     eid_columns: dict[str, _Column] = {}
+    in_blob: dict[str, Any] = {}  # columns whose values are read from the blob below
     for name in _SCALAR_COLUMNS:
-        column = _decode_scalar(name, columns.get(name), count)
-        if name.startswith("eid."):
-            eid_columns[name[4:]] = column
-        else:
-            fields[name] = column
+        spec = columns.get(name)
+        if _is_blob_form(name, spec):
+            in_blob[name] = spec
+            continue
+        _put_column(name, _decode_scalar(name, spec, count), fields, eid_columns)
     for name in _JSON_COLUMNS:
         fields[name] = _decode_json_column(name, columns.get(name), count)
     fields["custom_fields"] = _decode_custom_fields(columns.get("custom_fields"), count)
@@ -858,9 +978,8 @@ def _decode(data: bytes) -> list[Experience]:
         spec = tensor_specs.get(field)
         fields[field] = _Same(None) if spec is None else _decode_tensor_field(field, spec, count, blob, used)
     fields["multi_modal_inputs"] = _decode_multi_modal(header.get("mm"), count, blob, used)
-    reward_spec = columns.get("reward")
-    if type(reward_spec) is dict and reward_spec.keys() == {"f64"}:
-        fields["reward"] = _decode_reward_tensor(reward_spec, count, blob, used)
+    for name, spec in in_blob.items():
+        _put_column(name, _decode_blob_column(name, spec, count, blob, used), fields, eid_columns)
     unexpected = sorted(blob.keys() - used)[:5]
     _require(not unexpected, f"safetensors blob holds unexpected tensors: {unexpected}")
     fields["eid"] = _instances(EID, _records(_EID_NAMES, eid_columns, count))
