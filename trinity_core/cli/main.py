@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -45,6 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(namespace))
     except (PluginError, ConfigError) as exc:
         print(f"trinity: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. `trinity plugins list | head`): stop quietly, as the docs of the
+        # signal module recommend, instead of printing a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 1
 
 

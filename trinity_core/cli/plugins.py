@@ -90,10 +90,13 @@ def cmd_list(ns: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
     else:
         rows = [
-            (r.kind, r.name, r.entry_point.provider, _short(r.summary)) for r in records if r.error is None
+            (r.kind, r.name, r.entry_point.provider, _short(r.summary, 60), r.paper or "")
+            for r in records
+            if r.error is None
         ]
-        rows += [("hooks", n, o.provider if o else "", o.value if o else "") for n, o in hooks]
-        print(_table(rows, ("KIND", "NAME", "DISTRIBUTION", "SUMMARY")) if rows else "no plugins installed")
+        rows += [("hooks", n, o.provider if o else "", o.value if o else "", "") for n, o in hooks]
+        header = ("KIND", "NAME", "DISTRIBUTION", "SUMMARY", "PAPER")
+        print(_table(rows, header) if rows else "no plugins installed")
         if failures:
             print("\nfailed to load:")
             for f in failures:
