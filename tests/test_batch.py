@@ -328,3 +328,25 @@ def test_columns_come_from_fields_or_extras_and_missing_ones_say_who_needs_them(
         KeyError, match=r"'ref_logprobs' \(needed by kl\).*present: action_mask, logprobs, values"
     ):
         batch.column("ref_logprobs", needed_by="kl")
+
+
+def test_fields_limit_the_padded_columns_a_consumer_reads() -> None:
+    exps = [
+        Experience(
+            eid=EID(batch=0, task=t, run=r), tokens=[1, 2, 3, 4], prompt_length=2, logprobs=[-0.5, -0.25]
+        )
+        for t in range(2)
+        for r in range(2)
+    ]
+    batch = ExperienceBatch.from_experiences(exps, fields=("logprobs",), group_levels=("task",))
+    assert batch.logprobs is not None
+    assert batch.action_mask is None
+    assert batch.input_ids.device.type == "meta"
+    assert tuple(batch.input_ids.shape) == (4, 4)
+    assert batch.response_lengths.tolist() == [2, 2, 2, 2]
+    assert batch.group_index["task"].tolist() == [0, 0, 1, 1]
+    assert set(batch.group_index) == {"task"}
+    with pytest.raises(ValueError, match="input_ids"):
+        batch.to_experiences()
+    with pytest.raises(ValueError, match="unknown"):
+        ExperienceBatch.from_experiences(exps, fields=("logprob",))

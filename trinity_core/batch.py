@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from array import array
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, gt, sub
 from typing import Any, Literal
 
 import torch
@@ -40,6 +41,11 @@ __all__ = [
 ]
 
 GroupLevel = Literal["task", "run", "step"]
+_TOKENS = attrgetter("tokens")
+_PROMPT_LENGTH = attrgetter("prompt_length")
+_EXPERIENCE_TYPE = attrgetter("experience_type")
+_REWARD = attrgetter("reward")
+_EID = attrgetter("eid")
 #: Grouping levels of :class:`ExperienceBatch`, with the EID id each one groups by (tid, rid, sid).
 GROUP_LEVELS: tuple[GroupLevel, ...] = ("task", "run", "step")
 
@@ -77,6 +83,15 @@ def _pad_rows(
     return padded[: len(rows)]
 
 
+def _int64(values: Sequence[int]) -> Tensor:
+    """``torch.tensor(values, dtype=int64)`` through ``array`` (~4x faster for long lists)."""
+    return (
+        torch.frombuffer(array("q", values), dtype=torch.int64)
+        if values
+        else torch.zeros(0, dtype=torch.int64)
+    )
+
+
 def _first_too_long(lengths: Sequence[int], limit: int) -> int | None:
     """Index of the first entry of ``lengths`` above ``limit``, or None."""
     if not lengths or max(lengths) <= limit:
@@ -110,22 +125,26 @@ def _response_tensor(exp: Experience, index: int, attr_name: str, where: str) ->
 
 def _token_rows(experiences: Sequence[Experience], where: str) -> tuple[list[Tensor], list[int], list[int]]:
     """Tokens, prompt lengths and total lengths of every experience, validated."""
-    tokens = [exp.tokens for exp in experiences]
-    if any(t is None or t.dim() != 1 for t in tokens):
+    tokens = list(map(_TOKENS, experiences))
+    try:  # C-level loops; a None (no tokens) makes Tensor.dim raise TypeError
+        one_d = all(map((1).__eq__, map(Tensor.dim, tokens)))
+    except TypeError:
+        one_d = False
+    if not one_d:
         i = next(i for i, t in enumerate(tokens) if t is None or t.dim() != 1)
         raise ValueError(
             f"{where}: experience {i} ({experiences[i].eid.uid}) needs 1-D tokens, got {tokens[i]!r}"
         )
-    present: list[Tensor] = tokens  # type: ignore[assignment]  # no None left (checked above)
-    prompts = [exp.prompt_length for exp in experiences]
-    totals = [t.numel() for t in present]
-    for i, (p, n) in enumerate(zip(prompts, totals, strict=True)):
-        if p < 0 or p > n:
-            raise ValueError(
-                f"{where}: experience {i} has prompt_length={p} but {n} tokens; need 0 <= prompt_length <= "
-                f"len(tokens)"
-            )
-    return present, prompts, totals
+    prompts = list(map(_PROMPT_LENGTH, experiences))
+    totals = list(map(Tensor.numel, tokens))
+    if (prompts and min(prompts) < 0) or any(map(gt, prompts, totals)):
+        for i, (p, n) in enumerate(zip(prompts, totals, strict=True)):
+            if p < 0 or p > n:
+                raise ValueError(
+                    f"{where}: experience {i} has prompt_length={p} but {n} tokens; need 0 <= "
+                    f"prompt_length <= len(tokens)"
+                )
+    return tokens, prompts, totals
 
 
 def _check_limits(
@@ -299,8 +318,26 @@ def _factorize(keys: Sequence[Any]) -> tuple[list[int], list[Any]]:
     return list(map(table.__getitem__, keys)), list(table)
 
 
-def _group_columns(eids: Sequence[EID]) -> tuple[dict[str, Tensor], dict[str, list[str]]]:
-    """Group index ``(N,)`` int64 and group ids for each level, groups numbered by first appearance.
+def _reward_columns(raw: list[float | None]) -> tuple[Tensor, Tensor]:
+    """``rewards`` (float64, NaN where None) and ``has_reward`` (bool) from the raw rewards."""
+    if None not in raw:
+        try:
+            values = (
+                torch.frombuffer(array("d", raw), dtype=torch.float64)
+                if raw
+                else torch.zeros(0, dtype=torch.float64)
+            )
+            return values, torch.ones(len(raw), dtype=torch.bool)
+        except TypeError:  # a reward that array() does not take (e.g. a 0-d tensor): the general path
+            pass
+    rewards = torch.tensor([math.nan if r is None else float(r) for r in raw], dtype=torch.float64)
+    return rewards, torch.tensor([r is not None for r in raw], dtype=torch.bool)
+
+
+def _group_columns(
+    eids: Sequence[EID], levels: Collection[GroupLevel] = GROUP_LEVELS
+) -> tuple[dict[str, Tensor], dict[str, list[str]]]:
+    """Group index ``(N,)`` int64 and group ids for each of ``levels``, groups numbered by first appearance.
 
     Factorizes raw ``(batch, task)`` tuples first (cheap hashing) and renders ``tid`` only once per
     distinct tuple, merging tuples that render alike (``task=3`` and ``task="3"`` are one task, as in
@@ -310,10 +347,15 @@ def _group_columns(eids: Sequence[EID]) -> tuple[dict[str, Tensor], dict[str, li
     task_codes, task_tuples = _factorize(list(map(attrgetter("batch", "task"), eids)))
     tids = [EID(batch=b, task=t, suffix="").tid for b, t in task_tuples]
     tid_codes, tid_names = _factorize(tids)
-    task_index = [tid_codes[c] for c in task_codes]
-    index = {"task": torch.tensor(task_index, dtype=torch.int64)}
-    keys = {"task": tid_names}
+    task_index = list(map(tid_codes.__getitem__, task_codes))
+    index: dict[str, Tensor] = {}
+    keys: dict[str, list[str]] = {}
+    if "task" in levels:
+        index["task"] = _int64(task_index)
+        keys["task"] = tid_names
     for level, attr in (("run", "run"), ("step", "step")):
+        if level not in levels:
+            continue
         codes, uniques = _factorize(list(zip(task_index, map(attrgetter(attr), eids), strict=True)))
         names: list[str] = []
         remap: list[int] = []
@@ -323,9 +365,26 @@ def _group_columns(eids: Sequence[EID]) -> tuple[dict[str, Tensor], dict[str, li
             remap.append(seen.setdefault(name, len(seen)))
             if len(seen) > len(names):
                 names.append(name)
-        index[level] = torch.tensor(remap, dtype=torch.int64)[torch.tensor(codes, dtype=torch.int64)]
+        index[level] = _int64(remap)[_int64(codes)]
         keys[level] = names
     return index, keys
+
+
+_BATCH_COLUMNS: frozenset[str] = frozenset(("input_ids", *BATCH_RESPONSE_FIELDS))
+
+
+def _check_fields(
+    fields: Collection[str] | None, group_levels: Collection[GroupLevel], where: str
+) -> frozenset[str]:
+    """The columns to build (all when ``fields`` is None); unknown names are a ValueError."""
+    wanted = _BATCH_COLUMNS if fields is None else frozenset(fields)
+    unknown = sorted(wanted - _BATCH_COLUMNS)
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown}; choose from {sorted(_BATCH_COLUMNS)}")
+    bad_levels = sorted(set(group_levels) - set(GROUP_LEVELS))
+    if bad_levels:
+        raise ValueError(f"{where}: unknown group levels {bad_levels}; choose from {list(GROUP_LEVELS)}")
+    return wanted
 
 
 @dataclass(eq=False)
@@ -382,45 +441,56 @@ class ExperienceBatch:
         pad_token_id: int = 0,
         max_response_length: int | None = None,
         max_prompt_length: int | None = None,
+        fields: Collection[str] | None = None,
+        group_levels: Collection[GroupLevel] = GROUP_LEVELS,
     ) -> ExperienceBatch:
         """Build the columns from ``experiences`` (each tensor is copied once into its padded column).
 
         ``max_response_length`` / ``max_prompt_length`` default to the longest response / prompt; a
         longer experience is a ValueError naming its index.
+
+        ``fields`` restricts the padded columns to the ones a consumer reads: names from
+        ``"input_ids"`` and :data:`BATCH_RESPONSE_FIELDS` (None, the default, builds all). An unlisted
+        response field is None, as if no experience had it; without ``"input_ids"`` the token ids are
+        not copied and ``input_ids`` is a ``meta`` tensor of the right shape ``(N, P + R)`` that holds
+        no data (:meth:`to_experiences` refuses such a batch). Lengths, rewards and masks derived from
+        lengths are always built. ``group_levels`` likewise limits ``group_index`` / ``group_keys`` to
+        the listed levels (default: all three).
         """
         where = "ExperienceBatch.from_experiences"
+        wanted = _check_fields(fields, group_levels, where)
         exps = list(experiences)
-        for i, exp in enumerate(exps):
-            if exp.experience_type == "dpo":
-                raise ValueError(
-                    f"{where}: experience {i} ({exp.eid.uid}) is a DPO pair; split it with "
-                    f"split_dpo_experience_to_single_turn first"
-                )
+        if "dpo" in map(_EXPERIENCE_TYPE, exps):
+            i = list(map(_EXPERIENCE_TYPE, exps)).index("dpo")
+            raise ValueError(
+                f"{where}: experience {i} ({exps[i].eid.uid}) is a DPO pair; split it with "
+                f"split_dpo_experience_to_single_turn first"
+            )
         tokens, prompts, totals = _token_rows(exps, where)
-        responses = [n - p for p, n in zip(prompts, totals, strict=True)]
+        responses = list(map(sub, totals, prompts))
         P = max(prompts, default=0) if max_prompt_length is None else max_prompt_length
         R = max(responses, default=0) if max_response_length is None else max_response_length
         _check_limits(prompts, responses, P, R, where)
         device = tokens[0].device if tokens else torch.device("cpu")
-        if tokens:
+        if "input_ids" not in wanted:
+            dtype = tokens[0].dtype if tokens else torch.int32
+            input_ids = torch.empty((len(exps), P + R), dtype=dtype, device="meta")
+        elif tokens:
             input_ids = _scatter_token_ids(tokens, prompts, totals, P, R, pad_token_id)
         else:
             input_ids = torch.full((0, P + R), pad_token_id, dtype=torch.int32)
 
         gathered: dict[str, Any] = {}  # response field name -> (N, R) tensor or None
         for name in BATCH_RESPONSE_FIELDS:
-            gathered[name] = _gather_field(exps, name, responses, R, device, where)
+            if name in wanted:
+                gathered[name] = _gather_field(exps, name, responses, R, device, where)
 
-        raw_rewards = [exp.reward for exp in exps]
-        rewards = torch.tensor(
-            [math.nan if r is None else float(r) for r in raw_rewards], dtype=torch.float64
-        )
-        has_reward = torch.tensor([r is not None for r in raw_rewards], dtype=torch.bool)
-        group_index, group_keys = _group_columns([exp.eid for exp in exps])
+        rewards, has_reward = _reward_columns(list(map(_REWARD, exps)))
+        group_index, group_keys = _group_columns(list(map(_EID, exps)), group_levels)
         return cls(
             input_ids=input_ids,
-            prompt_lengths=torch.tensor(prompts, dtype=torch.int64, device=device),
-            response_lengths=torch.tensor(responses, dtype=torch.int64, device=device),
+            prompt_lengths=_int64(prompts).to(device),
+            response_lengths=_int64(responses).to(device),
             max_prompt_length=P,
             max_response_length=R,
             pad_token_id=pad_token_id,
@@ -519,7 +589,7 @@ class ExperienceBatch:
         moved: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, Tensor):
+            if isinstance(value, Tensor) and not value.is_meta:  # meta: a column built without data
                 moved[f.name] = value.to(device)
         moved["group_index"] = {k: v.to(device) for k, v in self.group_index.items()}
         moved["extras"] = {k: v.to(device) for k, v in self.extras.items()}
@@ -554,6 +624,11 @@ class ExperienceBatch:
         ``rewards``; everything else is taken from the source experience (``info`` and ``metrics`` as
         shallow copies, so editing a new experience's dict leaves the source alone).
         """
+        if self.input_ids.is_meta:
+            raise ValueError(
+                "to_experiences: this batch was built without token ids (fields= left out 'input_ids'); "
+                "build it with fields=None or a fields list that includes 'input_ids'"
+            )
         P = self.max_prompt_length
         tokens = [
             row[P - p : P - p + n]

@@ -14,7 +14,10 @@ Two ways to write a group-relative computation, both on :class:`GroupComputation
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
@@ -38,6 +41,7 @@ __all__ = [
 ]
 
 GroupLevel = Literal["task", "run", "step"]
+_ACTION_MASK = attrgetter("action_mask")
 """Which EID id forms a group: ``task`` (``eid.tid``), ``run`` (``eid.rid``) or ``step`` (``eid.sid``)."""
 
 BatchResult = tuple[Tensor, Metrics] | tuple[Tensor, Metrics, Tensor]
@@ -57,21 +61,25 @@ class GroupedBatch(Protocol):
 
 
 def _response_masks(exps: Sequence[Experience]) -> tuple[list[Tensor], list[int]]:
-    masks = []
-    for exp in exps:
-        if exp.action_mask is not None:
-            masks.append(exp.action_mask)
-        else:
-            masks.append(torch.ones(max(exp.response_length, 0), dtype=torch.bool))
-    return masks, [len(m) for m in masks]
+    masks = list(map(_ACTION_MASK, exps))
+    try:  # C-level loop; a None mask makes Tensor.numel raise TypeError
+        return masks, list(map(Tensor.numel, masks))  # numel: much cheaper than len() on a tensor
+    except TypeError:
+        pass
+    present = [
+        torch.ones(max(exp.response_length, 0), dtype=torch.bool) if m is None else m
+        for exp, m in zip(exps, masks, strict=True)
+    ]
+    return present, list(map(Tensor.numel, present))
 
 
 def write_advantages(exps: Sequence[Experience], advantages: Tensor) -> None:
     """Write advantages (and equal returns) into ``exps``, masked by each ``action_mask``.
 
     ``advantages`` is ``(N,)`` (one score per experience, broadcast over its response) or ``(N, R)``
-    (token level, ``R`` at least the longest response). Each experience gets float32 views into one
-    flat tensor: ``exp.advantages = score * action_mask`` and ``exp.returns`` a copy.
+    (token level, ``R`` at least the longest response). Each experience gets float32 views into a
+    ``(2, tokens)`` tensor shared by a block of experiences: ``exp.advantages = score * action_mask``
+    (row 0) and ``exp.returns`` an equal copy (row 1, separate memory).
     """
     if len(exps) == 0:
         return
@@ -81,31 +89,58 @@ def write_advantages(exps: Sequence[Experience], advantages: Tensor) -> None:
             f"({len(exps)},) or ({len(exps)}, R)"
         )
     masks, lengths = _response_masks(exps)
-    device = advantages.device
-    flat_mask = torch.cat(masks).to(device=device, dtype=torch.float32)
-    length_t = torch.tensor(lengths, device=device)
     values = advantages.detach().to(torch.float32)
-    if values.dim() == 1:
-        flat = values.repeat_interleave(length_t)
+    if values.dim() == 2 and values.shape[1] < max(lengths):
+        raise ValueError(
+            f"token-level advantages have width {values.shape[1]} but the longest response has "
+            f"{max(lengths)} tokens"
+        )
+    # Blocks of about _WRITE_BLOCK tokens: the temporaries stay in cache and each output buffer is a
+    # heap block that the allocator reuses on the next call (one huge buffer costs fresh pages each
+    # time, which dominated at 65,536 x 1,024 tokens).
+    rows = max(1, _WRITE_BLOCK // max(max(lengths), 1))
+    for start in range(0, len(lengths), rows):
+        stop = start + rows
+        _write_block(exps[start:stop], masks[start:stop], lengths[start:stop], values[start:stop])
+
+
+_WRITE_BLOCK = 1 << 20
+
+
+def _write_block(exps: Sequence[Experience], masks: list[Tensor], lengths: list[int], values: Tensor) -> None:
+    """:func:`write_advantages` for one block of experiences (``values`` already float32 and checked)."""
+    device = values.device
+    # One allocation for both outputs (row 0 advantages, row 1 returns), no other full-size temporary.
+    out = torch.empty((2, sum(lengths)), dtype=torch.float32, device=device)
+    out[0].copy_(torch.cat(masks))  # the masks as 0/1 floats (cat, then convert: ~7x faster than cat(out=))
+    width = lengths[0]
+    equal = lengths.count(width) == len(lengths)
+    if out.shape[1] == 0:
+        pass  # only empty responses: nothing to scale
+    elif values.dim() == 1:
+        if equal:  # broadcast instead of repeat
+            out[0].view(-1, width).mul_(values[:, None])
+        else:
+            out[0].mul_(values.repeat_interleave(torch.tensor(lengths, device=device)))
     else:
-        if values.shape[1] < max(lengths):
-            raise ValueError(
-                f"token-level advantages have width {values.shape[1]} but the longest response has "
-                f"{max(lengths)} tokens"
-            )
+        length_t = torch.tensor(lengths, device=device)
         valid = torch.arange(values.shape[1], device=device)[None, :] < length_t[:, None]
-        flat = values[valid]
-    flat = flat * flat_mask
-    returns = flat.clone()
-    for exp, adv, ret in zip(exps, torch.split(flat, lengths), torch.split(returns, lengths), strict=True):
-        exp.advantages = adv
-        exp.returns = ret
+        out[0].mul_(values[valid])
+    out[1].copy_(out[0])
+    sizes: int | list[int] = width if equal and width > 0 else lengths  # split(int) is ~4x faster
+    # map() runs the assignments in a C loop (a Python for loop costs more than the views themselves).
+    deque(map(setattr, exps, repeat("advantages"), torch.split(out[0], sizes)), maxlen=0)
+    deque(map(setattr, exps, repeat("returns"), torch.split(out[1], sizes)), maxlen=0)
 
 
-def _make_batch(exps: list[Experience]) -> ExperienceBatch:
+def _make_batch(
+    exps: list[Experience],
+    fields: Collection[str] | None = None,
+    group_levels: Collection[GroupLevel] = ("task", "run", "step"),
+) -> ExperienceBatch:
     from trinity_core.batch import ExperienceBatch
 
-    return ExperienceBatch.from_experiences(exps)
+    return ExperienceBatch.from_experiences(exps, fields=fields, group_levels=group_levels)
 
 
 class GroupComputation(ABC):
@@ -150,6 +185,19 @@ class GroupComputation(ABC):
         """
         raise NotImplementedError(f"{type(self).__qualname__} has no vectorized process_batch")
 
+    def batch_fields(self) -> Collection[str] | None:
+        """The padded batch columns :meth:`process_batch` reads, or None for all (the default).
+
+        Names from ``"input_ids"`` and :data:`~trinity_core.batch.BATCH_RESPONSE_FIELDS`; rewards,
+        lengths and group indices are always there. :meth:`process_vectorized` builds only these, so
+        listing fewer makes the list path cheaper (see ``ExperienceBatch.from_experiences(fields=)``).
+        """
+        return None
+
+    def batch_group_levels(self) -> Collection[GroupLevel]:
+        """The ``group_index`` levels :meth:`process_batch` reads (default: all three)."""
+        return ("task", "run", "step")
+
     def process(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
         """Compute advantages for all ``exps``; vectorized when ``supports_batch``, else per group.
 
@@ -178,7 +226,8 @@ class GroupComputation(ABC):
         """Build one batch, call :meth:`process_batch`, write the advantages back, group the output."""
         if len(exps) == 0:
             return [], {}
-        batch = _make_batch(list(exps))
+        levels = {*self.batch_group_levels(), self.group_level}
+        batch = _make_batch(list(exps), self.batch_fields(), levels)
         result = self.process_batch(batch)
         advantages, metrics = result[0], result[1]
         keep = result[2] if len(result) == 3 else None
@@ -187,7 +236,7 @@ class GroupComputation(ABC):
         order = torch.argsort(batch.group_index[self.group_level].cpu(), stable=True)
         if keep is not None:
             order = order[keep.cpu()[order]]
-        return [exps[i] for i in order.tolist()], metrics
+        return list(map(exps.__getitem__, order.tolist())), metrics
 
 
 class AdvantageFn(Component, ABC):

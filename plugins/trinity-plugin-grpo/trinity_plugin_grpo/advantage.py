@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
@@ -59,6 +60,9 @@ class GRPOArgs(ComponentArgs):
     )
 
 
+_REWARD = attrgetter("reward")
+
+
 def _finite_reward(exp: Experience, where: str) -> float:
     reward = exp.reward
     if reward is None or not math.isfinite(reward):
@@ -71,6 +75,17 @@ def _finite_reward(exp: Experience, where: str) -> float:
 
 def _is_finite_reward(exp: Experience) -> bool:
     return exp.reward is not None and math.isfinite(exp.reward)
+
+
+def _all_finite_rewards(exps: list[Experience]) -> bool:
+    """True when every reward is a finite number (one C-level pass; the per-item check on failure)."""
+    try:
+        # A sum of finite floats is finite unless it overflows; any None, NaN or inf makes it fail.
+        return math.isfinite(math.fsum(map(_REWARD, exps)))
+    except (TypeError, ValueError):  # a None reward; inf + -inf
+        return False
+    except OverflowError:  # finite rewards whose sum overflows: check each one
+        return all(map(_is_finite_reward, exps))
 
 
 def _masked_mean_logprob(exp: Experience, where: str) -> float:
@@ -228,6 +243,14 @@ class GRPOGroupedAdvantage(GroupAdvantage):
 
     # ------------------------------------------------------------------ vectorized
 
+    def batch_fields(self) -> tuple[str, ...]:
+        """Padded columns :meth:`process_batch` reads: log-probs and mask with ``rank_penalty``, else none."""
+        return ("logprobs", "action_mask") if self.rank_penalty is not None else ()
+
+    def batch_group_levels(self) -> tuple[Literal["task", "run", "step"], ...]:
+        """Only the ``group_level`` (``task``) index is read."""
+        return (self.group_level,)
+
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics, Tensor]:
         """Advantages of the whole batch at once: ``(advantages (N,), metrics, keep (N,))``.
 
@@ -236,7 +259,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
         is :meth:`scores_from_tensors`.
         """
         where = f"{type(self).name()} advantage"
-        if not all(map(_is_finite_reward, batch.experiences)):
+        if not _all_finite_rewards(batch.experiences):
             for exp in batch.experiences:
                 _finite_reward(exp, where)
         logprob_means = None
