@@ -84,6 +84,7 @@ def test_default_args_equal_the_constructor_defaults() -> None:
         "enable_sequence_masking": False,
         "delta_sequence_masking": 0.1,
         "fallback_to_policy_gradient": False,
+        "fused": False,
     }
     assert PPOPolicyLossFn().args.model_dump() == defaults
     assert PPOPolicyLossFn.from_args(defaults).args.model_dump() == defaults

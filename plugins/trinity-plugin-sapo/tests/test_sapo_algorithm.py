@@ -54,7 +54,12 @@ def test_preset_resolves_end_to_end_with_the_declared_plugins() -> None:
     algo = resolved.algorithm
     assert registry.resolve("algorithm", "sapo") is SAPOAlgorithm
     assert algo.repeat_times == 2
-    assert algo.policy_loss_fn_args == {"loss_agg_mode": "token-mean", "tau_pos": 1.0, "tau_neg": 2.0}
+    assert algo.policy_loss_fn_args == {
+        "loss_agg_mode": "token-mean",
+        "tau_pos": 1.0,
+        "tau_neg": 2.0,
+        "fused": False,
+    }
     loss = registry.create("policy_loss", algo.policy_loss_fn, algo.policy_loss_fn_args, backend="verl")
     assert (loss.tau_pos, loss.tau_neg) == (1.0, 2.0)
     for kind, name in (

@@ -34,7 +34,12 @@ def grad_of_loss(fn: SAPOPolicyLossFn, logprob: torch.Tensor, **kwargs: torch.Te
 
 
 def test_defaults_keys_and_validation() -> None:
-    assert SAPOPolicyLossFn.default_args() == {"loss_agg_mode": "token-mean", "tau_pos": 1.0, "tau_neg": 1.05}
+    assert SAPOPolicyLossFn.default_args() == {
+        "loss_agg_mode": "token-mean",
+        "tau_pos": 1.0,
+        "tau_neg": 1.05,
+        "fused": False,
+    }
     assert SAPOPolicyLossFn().select_keys == ["old_log_probs", "response_mask", "advantages"]
     assert SAPOPolicyLossFn(backend="tinker").select_keys == ["old_logprob", "action_mask", "advantages"]
     with pytest.raises(pydantic.ValidationError, match="tau_neg"):

@@ -1,0 +1,160 @@
+"""trinity_core.ops.fused: exact bit-mask selection, row-sum aggregation, hand-written gradients and the
+guarded torch.compile wrapper."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trinity_core.ops import LOSS_AGG_MODES, aggregate_loss
+from trinity_core.ops import fused as fused_mod
+from trinity_core.ops.fused import (
+    CompiledKernel,
+    aggregate_row_sums,
+    as_float,
+    choose,
+    mask_bits,
+    rows_with_gradient,
+    select,
+    weighted_sum,
+)
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+def dirty_values(seed: int, shape: tuple[int, int], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random values with NaN, ±inf and -0.0 planted, and a random bool mask."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g, dtype=torch.float64)
+    special = torch.tensor([math.nan, math.inf, -math.inf, -0.0], dtype=torch.float64)
+    spots = torch.rand(shape, generator=g) < 0.2
+    picks = special[torch.randint(0, 4, shape, generator=g)]
+    x = torch.where(spots, picks, x).to(dtype)
+    return x, torch.rand(shape, generator=g) < 0.6
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return a.dtype == b.dtype and torch.equal(a.contiguous().view(width), b.contiguous().view(width))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from(DTYPES), b=st.integers(1, 5), t=st.integers(1, 9)
+)
+def test_select_and_choose_are_torch_where_bit_for_bit(seed: int, dtype: torch.dtype, b: int, t: int) -> None:
+    x, mask = dirty_values(seed, (b, t), dtype)
+    y, _ = dirty_values(seed + 1, (b, t), dtype)
+    zero = torch.zeros((), dtype=dtype)
+    assert same_bits(select(x, mask), torch.where(mask, x, zero))
+    assert same_bits(select(x, mask, mask_bits(mask, dtype)), torch.where(mask, x, zero))
+    assert same_bits(choose(mask, x, y), torch.where(mask, x, y))
+    numeric = mask.to(torch.float32) * 3.0
+    assert torch.equal(mask_bits(numeric, dtype), mask_bits(mask, dtype))
+    assert torch.equal(as_float(mask, dtype), mask.to(dtype))
+
+
+def test_select_broadcasts_and_its_gradient_is_masked() -> None:
+    mask = torch.tensor([[True, False, True], [False, False, True]])
+    adv = torch.tensor([[2.0], [math.nan]])
+    assert same_bits(select(adv, mask), torch.where(mask, adv, 0.0))
+    x = torch.tensor([[1.0, math.nan, 3.0], [math.inf, 5.0, 6.0]], requires_grad=True)
+    out = select(x, mask)
+    (out * torch.tensor([[1.0, math.nan, 2.0], [math.nan, 4.0, 3.0]])).sum().backward()
+    assert x.grad is not None
+    assert torch.equal(x.grad, torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 3.0]]))
+    leaf = torch.tensor([[2.0], [3.0]], requires_grad=True)
+    select(leaf, mask).sum().backward()
+    assert leaf.grad is not None
+    assert torch.equal(leaf.grad, torch.tensor([[2.0], [1.0]]))
+
+
+def test_select_rejects_mismatched_bits() -> None:
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match="mask_bits"):
+        select(torch.ones(2, 2), mask, mask_bits(mask, torch.float64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    mode=st.sampled_from(LOSS_AGG_MODES),
+    b=st.integers(1, 6),
+    t=st.integers(1, 8),
+    global_counts=st.booleans(),
+    world_size=st.integers(1, 4),
+)
+def test_aggregate_row_sums_equals_aggregate_loss(
+    seed: int, mode: str, b: int, t: int, global_counts: bool, world_size: int
+) -> None:
+    g = torch.Generator().manual_seed(seed)
+    values = torch.randn(b, t, generator=g, dtype=torch.float64)
+    mask = torch.rand(b, t, generator=g) < 0.5
+    kwargs: dict[str, object] = {"max_tokens": float(t + 3)}
+    if global_counts:
+        kwargs.update(
+            normalizer=torch.tensor(int(mask.sum()) + 5),
+            seq_normalizer=torch.tensor(int(mask.any(-1).sum()) + 2),
+            world_size=world_size,
+        )
+    expected = aggregate_loss(values, mask, mode, **kwargs)  # type: ignore[arg-type]
+    selected = torch.where(mask, values, 0.0)
+    got = aggregate_row_sums(selected.sum(-1), mask.sum(-1).double(), mode, **kwargs)  # type: ignore[arg-type]
+    assert float(got) == pytest.approx(float(expected), rel=1e-12, abs=1e-15)
+
+
+def test_aggregate_row_sums_validates_like_aggregate_loss() -> None:
+    rows, counts = torch.ones(2), torch.ones(2)
+    with pytest.raises(ValueError, match="unknown loss_agg_mode"):
+        aggregate_row_sums(rows, counts, "token-sum")
+    with pytest.raises(ValueError, match="max_tokens"):
+        aggregate_row_sums(rows, counts, "seq-mean-token-sum-norm")
+
+
+def test_rows_with_gradient_backward_is_local_grad_times_upstream() -> None:
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    local = torch.randn(3, 4, dtype=torch.float64)
+    rows = torch.randn(3, dtype=torch.float64)
+    out = rows_with_gradient(x, rows, local)
+    assert torch.equal(out, rows)
+    weights = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    (out * weights).sum().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, local * weights[:, None], rtol=0, atol=0)
+    low = torch.randn(2, 3, dtype=torch.bfloat16, requires_grad=True)
+    rows_with_gradient(low, torch.zeros(2), torch.ones(2, 3)).sum().backward()
+    assert low.grad is not None
+    assert low.grad.dtype == torch.bfloat16
+
+
+def test_weighted_sum_equals_the_masked_sum() -> None:
+    x = torch.randn(5, 7, dtype=torch.float64)
+    w = (torch.rand(5, 7) < 0.5).double()
+    torch.testing.assert_close(weighted_sum(x, w), (x * w).sum(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(weighted_sum(x.t(), w.t()), (x * w).sum(), rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_kernel_falls_back_to_eager_when_compilation_fails(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_compile(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(fused_mod.torch, "compile", broken_compile)
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    kernel = CompiledKernel(double)
+    with caplog.at_level(logging.WARNING, logger="trinity_core.ops.fused"):
+        out = kernel(torch.ones(3))
+    assert torch.equal(out, torch.full((3,), 2.0))
+    assert kernel.compiled is False
+    assert "no C++ compiler" in caplog.text
+    assert "fused=False" in caplog.text
+    assert torch.equal(kernel(torch.ones(2)), torch.full((2,), 2.0))
