@@ -24,6 +24,11 @@ pytest_plugins = ["pytester", "plugin_dists"]
 # would register it twice); the kit's plugin is named explicitly.
 PLUGIN_ARGS = ["-p", "trinity_core.testing.plugin"]
 
+# The invariance checks have tests of their own; elsewhere they are deselected (the 2-rank check starts
+# processes), and policy losses count this many checks fewer.
+NOT_INVARIANCE = ("-k", "not invariant")
+INVARIANCE_CHECKS = 2
+
 GOOD = '''
 import torch
 from pydantic import Field
@@ -125,7 +130,8 @@ class GoodAlgo(AlgorithmType):
     @classmethod
     def default_config(cls):
         return {"repeat_times": 4, "advantage_fn": "good_adv", "policy_loss_fn": "good_loss",
-                "policy_loss_fn_args": {"clip_range": 0.3}, "kl_loss_fn": "good_kl"}
+                "policy_loss_fn_args": {"clip_range": 0.3}, "kl_loss_fn": "good_kl", "kl_penalty_fn": None,
+                "entropy_loss_fn": "good_entropy"}
 '''
 
 REGISTER_GOOD = """
@@ -196,9 +202,19 @@ def test_good_components_pass_every_check(pytester: pytest.Pytester) -> None:
         """,
     )
     kinds = ("policy_loss", "kl_fn", "entropy_loss", "algorithm", "advantage_fn")
-    # GoodStrategy has no process_batch: every add_strategy check but vectorized_matches_per_group.
-    expected = sum(len(check_names(kind)) for kind in kinds) + len(check_names("add_strategy")) - 1
+    # GoodStrategy has no process_batch: every add_strategy check but vectorized_matches_per_group;
+    # GoodAdv is a group computation: none of the trainer-side advantage checks.
+    trainer_side = [c for c in check_names("advantage_fn") if c.startswith("trainer_")]
+    expected = (
+        sum(len(check_names(kind)) for kind in kinds)
+        + len(check_names("add_strategy"))
+        - 1
+        - len(trainer_side)
+    )
     result.assert_outcomes(passed=expected)
+    # GoodLoss is defined in the importable module test_inner: the child processes import it by name.
+    assert _outcome(result, "policy_loss:good_loss:rank_invariant") == "PASSED"
+    assert _outcome(result, "algorithm:good_algo:preset_validates") == "PASSED"
     assert _outcome(result, "advantage_fn:good_adv:vectorized_matches_per_group") == "PASSED"
     assert _outcome(result, "policy_loss:good_loss:no_host_sync") == "PASSED"
 
@@ -224,10 +240,11 @@ def test_loss_leaking_nan_from_masked_positions_fails_only_the_masking_check(
         class TestLeaky(PolicyLossConformance):
             component = "leaky"
         ''',
+        *NOT_INVARIANCE,
     )
     assert _outcome(result, "policy_loss:leaky:masked_positions_ignored") == "FAILED"
     assert _outcome(result, "policy_loss:leaky:loss_is_finite") == "PASSED"
-    result.assert_outcomes(passed=len(check_names("policy_loss")) - 1, failed=1)
+    result.assert_outcomes(passed=len(check_names("policy_loss")) - INVARIANCE_CHECKS - 1, failed=1)
     result.stdout.fnmatch_lines(
         [
             "*policy loss 'leaky' (test_inner:LeakyLoss) from <in-process> fails conformance check "
@@ -278,12 +295,13 @@ def test_item_call_fails_host_sync_check_naming_the_line_and_opt_out_is_a_report
         class TestTypo(PolicyLossConformance):
             component = "typo"
         ''',
+        *NOT_INVARIANCE,
     )
     assert _outcome(result, "policy_loss:syncing:no_host_sync") == "FAILED"
     assert _outcome(result, "policy_loss:syncing:masked_positions_ignored") == "PASSED"
     assert _outcome(result, "policy_loss:excused:no_host_sync") == "SKIPPED"
     assert _outcome(result, "policy_loss:typo:opt_outs_are_valid") == "FAILED"
-    n = len(check_names("policy_loss"))
+    n = len(check_names("policy_loss")) - INVARIANCE_CHECKS
     result.assert_outcomes(passed=3 * n - 3, failed=2, skipped=1)
     lines = (pytester.path / "test_inner.py").read_text().splitlines()
     sync_line = next(i for i, line in enumerate(lines, 1) if "# SYNC HERE" in line)
@@ -496,9 +514,9 @@ def test_trinity_plugin_option_checks_an_installed_distribution_from_any_directo
     _install_plugin(site)
     pytester.makepyfile(test_unrelated="def test_not_collected():\n    raise AssertionError('collected')\n")
     result = pytester.runpytest_inprocess(
-        *PLUGIN_ARGS, "-v", "-p", "no:cacheprovider", "--trinity-plugin=trinity-plugin-fake"
+        *PLUGIN_ARGS, "-v", "-p", "no:cacheprovider", "--trinity-plugin=trinity-plugin-fake", *NOT_INVARIANCE
     )
-    n = len(check_names("policy_loss"))
+    n = len(check_names("policy_loss")) - INVARIANCE_CHECKS
     result.assert_outcomes(passed=2 * n - 2, failed=2)
     assert "test_not_collected" not in result.stdout.str()
     assert _outcome(result, "policy_loss:fake_good:no_host_sync") == "PASSED"
@@ -528,8 +546,8 @@ def test_plugin_conformance_subclass_and_missing_distribution(
             distribution = "trinity-plugin-absent"
         """
     )
-    result = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-v", "-p", "no:cacheprovider")
-    n = len(check_names("policy_loss"))
+    result = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-v", "-p", "no:cacheprovider", *NOT_INVARIANCE)
+    n = len(check_names("policy_loss")) - INVARIANCE_CHECKS
     result.assert_outcomes(passed=2 * n - 2, failed=3)
     result.stdout.fnmatch_lines(
         ["*distribution 'trinity-plugin-absent' is not installed in this environment*"]
@@ -583,3 +601,330 @@ def test_import_reference_uses_the_ray_stub_and_skips_or_fails_when_absent(
     assert sys.modules["ray"].__file__ == str(reference.STUB_DIR / "ray" / "__init__.py")
     for name in ("kit_ref_probe", "ray"):
         sys.modules.pop(name, None)
+
+
+def test_loss_normalised_per_call_fails_microbatch_invariance_and_a_declared_one_is_skipped(
+    pytester: pytest.Pytester,
+) -> None:
+    result = _run(
+        pytester,
+        '''
+        from trinity_core.testing import PolicyLossConformance
+
+        class PerCallMean(GoodLoss):
+            """PPO clip averaged over this call's tokens (ignores the step's normalizers)."""
+
+            def __call__(self, logprob, old_logprob, action_mask, advantages, **kwargs):
+                ratio = torch.exp(torch.where(action_mask, logprob - old_logprob, 0.0))
+                per_token = torch.where(action_mask, -advantages * ratio, 0.0)
+                loss = per_token.sum() / action_mask.sum().clamp_min(1)
+                return loss, {}
+
+        class DeclaredPerCall(PerCallMean):
+            """The same, declaring that it depends on the split."""
+
+            microbatch_invariant = False
+
+        registry.register("policy_loss", "per_call", PerCallMean)
+        registry.register("policy_loss", "declared_per_call", DeclaredPerCall)
+
+        class TestGood(PolicyLossConformance):
+            component = "good_loss"
+
+        class TestPerCall(PolicyLossConformance):
+            component = "per_call"
+
+        class TestDeclared(PolicyLossConformance):
+            component = "declared_per_call"
+        ''',
+        "-k",
+        "microbatch_invariant",
+    )
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    assert _outcome(result, "policy_loss:good_loss:microbatch_invariant") == "PASSED"
+    assert _outcome(result, "policy_loss:per_call:microbatch_invariant") == "FAILED"
+    assert _outcome(result, "policy_loss:declared_per_call:microbatch_invariant") == "SKIPPED"
+    result.stdout.fnmatch_lines(
+        [
+            "*policy loss 'per_call' (test_inner:PerCallMean) from <in-process> fails conformance check "
+            "'microbatch_invariant'*",
+            "*with loss_agg_mode=token-mean (seed 0, * rows, row 3 empty), the sum of the losses of rows "
+            "[[]0, 2) and [[]2, *), each called with loss_scale=global_normalizers([[]mask_a, mask_b]), has "
+            "another gradient than the whole batch*: max |difference| *",
+            "How to fix: aggregate with self.aggregate(values, mask)*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED*'declared_per_call'*skips conformance check 'microbatch_invariant': it declares "
+            "microbatch_invariant = False*"
+        ]
+    )
+
+
+RANK_MODULE = '''
+import torch
+from trinity_core.components import LossAggArgs, PolicyLossFn
+
+
+class MeanLoss(PolicyLossFn):
+    """-A * logp with loss_agg_mode."""
+
+    Args = LossAggArgs
+
+    def __call__(self, logprob, action_mask, advantages, **kwargs):
+        loss = self.aggregate(-torch.where(action_mask, advantages, 0) * logprob, action_mask)
+        return loss, {}
+
+
+class WorldBlindLoss(PolicyLossFn):
+    """-A * logp over the step's token count, forgetting the world size (DDP averages over ranks)."""
+
+    def __call__(self, logprob, action_mask, advantages, **kwargs):
+        total = torch.where(action_mask, -advantages * logprob, 0.0).sum()
+        count = self.loss_scale.num_tokens if self.loss_scale is not None else action_mask.sum()
+        return total / count.clamp_min(1), {}
+'''
+
+
+def test_rank_check_runs_every_loss_of_a_distribution_in_one_2_rank_run(
+    pytester: pytest.Pytester, site: PluginSite
+) -> None:
+    mod = site.module("ranks", RANK_MODULE)
+    site.dist(
+        "trinity-plugin-ranks",
+        "0.2.0",
+        {"trinity_core.policy_losses": {"mean": f"{mod}:MeanLoss", "world_blind": f"{mod}:WorldBlindLoss"}},
+    )
+    pytester.makepyfile(
+        test_local='''
+        import torch
+        from trinity_core.components import PolicyLossFn
+        from trinity_core.testing import PolicyLossConformance
+
+        def make():
+            class Local(PolicyLossFn):
+                """-A * logp, defined inside a function."""
+
+                def __call__(self, logprob, action_mask, advantages, **kwargs):
+                    return self.aggregate(-torch.where(action_mask, advantages, 0) * logprob, action_mask), {}
+
+            return Local
+
+        class TestLocal(PolicyLossConformance):
+            component = make()
+        '''
+    )
+    result = pytester.runpytest_inprocess(
+        *PLUGIN_ARGS,
+        "-v",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        "--trinity-plugin=trinity-plugin-ranks",
+        str(pytester.path),
+        "-k",
+        "invariant",
+    )
+    assert _outcome(result, "policy_loss:mean:rank_invariant") == "PASSED"
+    assert _outcome(result, "policy_loss:mean:microbatch_invariant") == "PASSED"
+    # Micro-batches on one rank have world_size 1: only the rank check sees the missing factor.
+    assert _outcome(result, "policy_loss:world_blind:microbatch_invariant") == "PASSED"
+    assert _outcome(result, "policy_loss:world_blind:rank_invariant") == "FAILED"
+    assert _outcome(result, "policy_loss:Local:rank_invariant") == "SKIPPED"
+    result.assert_outcomes(passed=4, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*policy loss 'world_blind' ({mod}:WorldBlindLoss) from trinity-plugin-ranks 0.2.0 fails "
+            "conformance check 'rank_invariant'*",
+            "*on 2 gloo ranks*the gradient differs from the whole batch's:",
+            "loss_agg_mode=None, seed 0: max |difference| * = 0.5 of max |gradient|*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED*'Local'*skips conformance check 'rank_invariant': *<locals>.Local cannot be imported by "
+            "name in a new process*"
+        ]
+    )
+
+
+TRAINER_ADVANTAGES = '''
+from trinity_core.components import TrainerAdvantage
+from trinity_core.ops import group_stats, masked_whiten
+
+
+def _scores(batch):
+    return batch.token_level_scores().sum(-1).to(torch.float64)
+
+
+class MeanBaseline(TrainerAdvantage):
+    """A = r - mean of its group, on every token; returns = A + values."""
+
+    required_fields = ("reward", "action_mask", "values")
+
+    def compute(self, batch):
+        index, n = batch.group_index["task"], batch.num_groups["task"]
+        scores = _scores(batch)
+        adv = (scores - group_stats(scores, index, n).mean[index]).float()[:, None]
+        adv = adv.expand(len(batch), batch.max_response_length)
+        return adv, adv + batch.column("values"), {"score_mean": scores.mean()}
+
+
+class Whitened(MeanBaseline):
+    """A = whiten(r) over the batch's tokens."""
+
+    def compute(self, batch):
+        mask = batch.action_mask
+        adv = masked_whiten(_scores(batch)[:, None].expand(mask.shape).float(), mask)
+        return adv, adv, {}
+
+
+class DeclaredWhitened(Whitened):
+    """A = whiten(r) over the batch's tokens (couples the groups, by design)."""
+
+    groups_independent = False
+
+
+class UnguardedStd(MeanBaseline):
+    """A = (r - mean) / std of its group, no guard for std = 0."""
+
+    def compute(self, batch):
+        index, n = batch.group_index["task"], batch.num_groups["task"]
+        stats = group_stats(_scores(batch), index, n)
+        adv = ((_scores(batch) - stats.mean[index]) / stats.std_unbiased[index]).float()[:, None]
+        adv = adv.expand(len(batch), batch.max_response_length)
+        return adv, adv, {}
+
+
+class Syncing(MeanBaseline):
+    """A = r - mean, after a Python-side check."""
+
+    def compute(self, batch):
+        if _scores(batch).abs().max().item() > 1e9:  # SYNC HERE
+            raise ValueError("huge scores")
+        return super().compute(batch)
+
+
+for name, cls in [("mean_baseline", MeanBaseline), ("whitened", Whitened), ("declared", DeclaredWhitened),
+                  ("unguarded", UnguardedStd), ("syncing", Syncing)]:
+    registry.register("advantage_fn", name, cls)
+'''
+
+
+def test_trainer_advantages_checks_find_mixed_groups_non_finite_values_and_host_syncs(
+    pytester: pytest.Pytester,
+) -> None:
+    result = _run(
+        pytester,
+        TRAINER_ADVANTAGES
+        + """
+from trinity_core.testing import AdvantageFnConformance
+
+class TestMean(AdvantageFnConformance):
+    component = "mean_baseline"
+
+class TestWhitened(AdvantageFnConformance):
+    component = "whitened"
+
+class TestDeclared(AdvantageFnConformance):
+    component = "declared"
+
+class TestUnguarded(AdvantageFnConformance):
+    component = "unguarded"
+
+class TestSyncing(AdvantageFnConformance):
+    component = "syncing"
+""",
+        "-k",
+        "trainer_",
+    )
+    for check in ("trainer_advantages_are_finite", "trainer_groups_are_independent", "trainer_no_host_sync"):
+        assert _outcome(result, f"advantage_fn:mean_baseline:{check}") == "PASSED"
+    assert _outcome(result, "advantage_fn:whitened:trainer_groups_are_independent") == "FAILED"
+    assert _outcome(result, "advantage_fn:whitened:trainer_advantages_are_finite") == "PASSED"
+    assert _outcome(result, "advantage_fn:declared:trainer_groups_are_independent") == "SKIPPED"
+    assert _outcome(result, "advantage_fn:unguarded:trainer_advantages_are_finite") == "FAILED"
+    assert _outcome(result, "advantage_fn:syncing:trainer_no_host_sync") == "FAILED"
+    result.assert_outcomes(passed=11, failed=3, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*advantage function 'whitened' (test_inner:Whitened) from <in-process> fails conformance "
+            "check 'trainer_groups_are_independent'*",
+            "*changing the rewards of group 1 (rows 4-7) changed the advantages of rows [[]0, 1, 2, 3, 8, *",
+            "*declare `groups_independent = False` on the class*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*advantages has non-finite entries in rows [[]8, 9, 10, 11]*"])
+    lines = (pytester.path / "test_inner.py").read_text().splitlines()
+    sync_line = next(i for i, line in enumerate(lines, 1) if "# SYNC HERE" in line)
+    result.stdout.fnmatch_lines(
+        ["*the call made 1 host synchronisation(s):", f"*Tensor.item() at *test_inner.py:{sync_line} (1x)"]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED*'declared'*skips conformance check 'trainer_groups_are_independent': it declares "
+            "groups_independent = False*"
+        ]
+    )
+
+
+def test_preset_that_does_not_resolve_fails_preset_validates_listing_the_problems(
+    pytester: pytest.Pytester,
+) -> None:
+    result = _run(
+        pytester,
+        """
+        from trinity_core.testing import AlgorithmConformance
+
+        class Misplaced(GoodAlgo):
+            '''Computes advantages in the trainer, but names a pipeline advantage function.'''
+
+            compute_advantage_in_trainer = True
+
+        class NeedsLr(GoodAlgo):
+            '''Only runs with a learning rate of 0.5.'''
+
+            @classmethod
+            def check_config(cls, config):
+                if config.trainer.lr != 0.5:
+                    raise ValueError("set trainer.lr to 0.5")
+
+        class DeclaresLr(NeedsLr):
+            '''Only runs with a learning rate of 0.5, and says so.'''
+
+            conformance_config = {"trainer": {"lr": 0.5}}
+
+        registry.register("algorithm", "misplaced", Misplaced)
+        registry.register("algorithm", "needs_lr", NeedsLr)
+        registry.register("algorithm", "declares_lr", DeclaresLr)
+
+        class TestGood(AlgorithmConformance):
+            component = "good_algo"
+
+        class TestMisplaced(AlgorithmConformance):
+            component = "misplaced"
+
+        class TestNeedsLr(AlgorithmConformance):
+            component = "needs_lr"
+
+        class TestDeclaresLr(AlgorithmConformance):
+            component = "declares_lr"
+        """,
+        "-k",
+        "preset_validates",
+    )
+    result.assert_outcomes(passed=2, failed=2)
+    assert _outcome(result, "algorithm:declares_lr:preset_validates") == "PASSED"
+    assert _outcome(result, "algorithm:needs_lr:preset_validates") == "FAILED"
+    result.stdout.fnmatch_lines(["*algorithm: rejected by check_config: set trainer.lr to 0.5*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*algorithm 'misplaced' (test_inner:Misplaced) from <in-process> fails conformance check "
+            "'preset_validates'*",
+            "*resolve_config({'algorithm': {'algorithm_type': 'misplaced'}}) fails: 1 problem:",
+            "*algorithm.advantage_fn: advantage function 'good_adv' runs in the experience pipeline, but "
+            "preset 'misplaced' computes advantages in the trainer*",
+            "How to fix: make every component the preset names*",
+        ]
+    )

@@ -105,6 +105,12 @@ class PolicyLossFn(LossAggregation, Component, ABC):
     """
 
     kind: ClassVar[str] = "policy_loss"
+    microbatch_invariant: ClassVar[bool] = True
+    """Whether cutting a step into micro-batches (and ranks) leaves the gradient unchanged when every call
+    gets the step's global normalizers (``loss_scale=``) and the micro-batch losses are summed. True for
+    losses that aggregate per-token or per-row terms with :meth:`aggregate`; a loss whose terms depend on
+    statistics of its call's rows (e.g. a top-k over the call's tokens) sets False and says why in its
+    docstring. The conformance kit checks it (checks ``microbatch_invariant`` and ``rank_invariant``)."""
     _select_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -22,11 +22,13 @@ __all__ = [
     "Check",
     "ConformanceError",
     "Subject",
+    "SubjectGroup",
     "all_checks",
     "check",
     "check_names",
     "checks_for",
     "run_check",
+    "skip_check",
 ]
 
 OPT_OUT_ATTRIBUTE = "conformance_skip"
@@ -56,6 +58,20 @@ class ConformanceError(AssertionError):
         self.fix = fix
 
 
+@dataclass(eq=False)
+class SubjectGroup:
+    """The subjects one test class checks, shared by them: a check that is expensive to set up (the
+    2-rank distributed check starts processes) runs once for all of them and caches its results here.
+
+    Attributes:
+        subjects: every subject of the test class, in collection order.
+        results: per-check cache, ``{check name: whatever the check stores}``.
+    """
+
+    subjects: list[Subject] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Subject:
     """One component under test.
@@ -69,6 +85,7 @@ class Subject:
         version: that distribution's version ("" when unknown).
         value: where it is defined, ``module:qualname``.
         args: argument overrides the test class asked for (merged over the defaults).
+        group: the subjects collected with this one (set by the test classes; ``None`` alone).
     """
 
     kind: str
@@ -78,6 +95,12 @@ class Subject:
     version: str = ""
     value: str = ""
     args: Mapping[str, Any] = field(default_factory=dict)
+    group: SubjectGroup | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def peers(self) -> list[Subject]:
+        """The subjects of this one's group (just this one when it has none)."""
+        return list(self.group.subjects) if self.group is not None else [self]
 
     @property
     def title(self) -> str:
@@ -153,6 +176,7 @@ _CHECK_MODULES = (
     "kl_fn",
     "entropy_loss",
     "advantage_fn",
+    "trainer_advantage",
     "add_strategy",
     "algorithm",
 )
@@ -207,6 +231,13 @@ def run_check(subject: Subject, chk: Check) -> None:
         )
     if message is not None:  # failed outside the except block: no "during handling" chain in reports
         pytest.fail(message, pytrace=False)
+
+
+def skip_check(subject: Subject, check_name: str, reason: str) -> None:
+    """Skip ``check_name`` for ``subject`` from inside a check, because of something the component
+    declares (a capability such as ``microbatch_invariant = False``) or cannot provide; the reason is
+    shown in the report."""
+    pytest.skip(f"{subject.describe()} skips conformance check {check_name!r}: {reason}")
 
 
 def _opt_out_hint(chk: Check) -> str:

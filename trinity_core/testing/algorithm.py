@@ -1,13 +1,21 @@
-"""Checks of algorithm presets: typed flags, a valid ``default_config()``, and every component it names
-installed, with its preset arguments valid."""
+"""Checks of algorithm presets: typed flags, a valid ``default_config()``, every component it names
+installed, with its preset arguments valid, and a config naming only the preset valid end to end
+(``resolve_config`` and ``trinity config validate``)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from trinity_core.components.algorithm import ALGORITHM_CONFIG_KEYS, ALGORITHM_FLAGS
 from trinity_core.ops import LOSS_AGG_MODES
-from trinity_core.testing._core import ConformanceError, Subject, check
+from trinity_core.testing._core import ConformanceError, Subject, check, skip_check
 
 __all__ = ["CONFIG_KEY_KINDS"]
 
@@ -95,3 +103,64 @@ def check_named_components_resolve(subject: Subject) -> None:
                 f"default_config()[{key + '_args'!r}] is not valid for {kind} {name!r}: {exc}",
                 "use argument names and values the component's Args accepts",
             ) from None
+
+
+CONFIG_ATTRIBUTE = "conformance_config"
+"""Algorithm class attribute: the other top-level config sections no run of the preset can do without
+(an offline preset: ``{"mode": "train", "data": {"experiences": "<dir>"}}``); ``preset_validates``
+adds them to the minimal config."""
+
+
+def _minimal_config(subject: Subject) -> dict[str, Any]:
+    extra = getattr(subject.obj, CONFIG_ATTRIBUTE, None) or {}
+    if not isinstance(extra, Mapping) or "algorithm" in extra:
+        raise ConformanceError(
+            f"{CONFIG_ATTRIBUTE} is {extra!r}, not a mapping of top-level config sections without "
+            f"'algorithm'",
+            f'declare e.g. {CONFIG_ATTRIBUTE} = {{"mode": "train", "data": {{"experiences": "<dir>"}}}}',
+        )
+    return {**copy.deepcopy(dict(extra)), "algorithm": {"algorithm_type": subject.name}}
+
+
+def _validate_with_cli(config: Mapping[str, Any]) -> tuple[int, str]:
+    """``trinity config validate`` on a YAML file holding ``config``: (exit status, its output)."""
+    from trinity_core.cli.main import main
+
+    with tempfile.TemporaryDirectory(prefix="trinity-kit-") as tmp:
+        path = Path(tmp, "minimal.yaml")
+        path.write_text(json.dumps(config))  # JSON is valid YAML
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(["config", "validate", str(path)])
+    return status, (err.getvalue() or out.getvalue()).strip()
+
+
+@check("algorithm")
+def check_preset_validates(subject: Subject) -> None:
+    """a config naming only the preset resolves and `trinity config validate` accepts it"""
+    from trinity_core.config import ConfigError, resolve_config
+
+    if subject.distribution == "<unregistered>":
+        skip_check(
+            subject,
+            "preset_validates",
+            "the class is not registered, so no config can name it; register it (entry point or "
+            "trinity_core.registry.register) and give its name as `component`",
+        )
+    minimal = _minimal_config(subject)
+    fix = (
+        "make every component the preset names (and the base defaults it keeps: see `trinity config "
+        "validate --sources`) resolve with the preset's arguments: add the distributions that provide "
+        "them to this plugin's dependencies, fix names or *_args, or fix check_config; a preset that "
+        f"needs other config sections in every run declares them as {CONFIG_ATTRIBUTE} on its class"
+    )
+    try:
+        resolve_config(copy.deepcopy(minimal))
+    except ConfigError as exc:
+        raise ConformanceError(f"resolve_config({minimal!r}) fails: {exc}", fix) from None
+    status, output = _validate_with_cli(minimal)
+    if status != 0:
+        raise ConformanceError(
+            f"`trinity config validate` on a file holding {json.dumps(minimal)} exited {status}:\n{output}",
+            fix,
+        )

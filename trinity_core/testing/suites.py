@@ -7,14 +7,15 @@ Each class has a single test, ``test_conformance``, parametrized at collection t
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata as md
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
 
-from trinity_core.testing._core import Check, Subject, checks_for, run_check
+from trinity_core.testing._core import Check, Subject, SubjectGroup, checks_for, run_check
 
 __all__ = [
     "AddStrategyConformance",
@@ -58,6 +59,25 @@ def cases_for(subject: Subject) -> list[Case]:
     return [Case(f"{subject.kind}:{subject.name}:{chk.name}", subject, chk) for chk in checks_for(subject)]
 
 
+def link_subjects(cases: Sequence[Case]) -> list[Case]:
+    """Put the subjects of ``cases`` into one :class:`SubjectGroup`, so that checks run once for all of
+    them can share their set-up (the 2-rank check starts its processes once per test class)."""
+    group = SubjectGroup()
+    linked: dict[int, Subject] = {}
+    out: list[Case] = []
+    for case in cases:
+        if case.subject is None:
+            out.append(case)
+            continue
+        subject = linked.get(id(case.subject))
+        if subject is None:
+            subject = dataclasses.replace(case.subject, group=group)
+            linked[id(case.subject)] = subject
+            group.subjects.append(subject)
+        out.append(dataclasses.replace(case, subject=subject))
+    return out
+
+
 class _Conformance:
     """Collection machinery shared by the test classes (subclasses implement ``_cases``)."""
 
@@ -69,7 +89,7 @@ class _Conformance:
         """Parametrize ``test_conformance`` with this class's cases (pytest calls this per class)."""
         if "conformance_case" not in metafunc.fixturenames:
             return
-        cases = type(self)._cases(metafunc.config)
+        cases = link_subjects(type(self)._cases(metafunc.config))
         metafunc.parametrize("conformance_case", cases, ids=[c.id for c in cases])
 
     def test_conformance(self, conformance_case: Case) -> None:

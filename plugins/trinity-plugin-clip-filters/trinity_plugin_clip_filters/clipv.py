@@ -80,6 +80,9 @@ class ClipVAdvantageFn(TrainerAdvantage):
     Args: ClassVar[type[ComponentArgs]] = ClipVArgs
     paper: ClassVar[str | None] = "https://arxiv.org/abs/2602.03392"
     required_fields: ClassVar[tuple[str, ...]] = ("reward", "action_mask", "logprobs", "entropys", "necs")
+    groups_independent: ClassVar[bool] = False
+    """The cap on clipped negative-advantage tokens ranks them over the whole batch: which tokens of a
+    group are clipped depends on the other groups' advantages."""
 
     epsilon: float
     mu: float

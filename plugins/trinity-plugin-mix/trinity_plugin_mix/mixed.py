@@ -12,7 +12,7 @@ from trinity_plugin_sft import SFTTokenLoss
 
 from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, PolicyLossFn
 from trinity_core.ops import aggregate_loss, masked_mean
-from trinity_plugin_mix.loss_scale import MixLossScale, subset_masks
+from trinity_plugin_mix.loss_scale import MixLossScale, mix_normalizers, subset_masks
 from trinity_plugin_mix.ppo_clip import ppo_clip_terms
 
 __all__ = ["MixedArgs", "MixedPolicyLoss"]
@@ -101,6 +101,20 @@ class MixedPolicyLoss(PolicyLossFn):
         self.grpo_mode = self.grpo_loss_agg_mode or self.loss_agg_mode
         self.sft_mode = self.sft_loss_agg_mode or self.loss_agg_mode
         self.sft_loss_fn = self.make_sft_loss(self.sft_mode)
+
+    @classmethod
+    def conformance_loss_scale(
+        cls, micro_batches: list[dict[str, Any]], *, max_tokens: float, all_reduce: bool
+    ) -> MixLossScale:
+        """The ``loss_scale`` the conformance kit passes in its invariance checks: a plain
+        :class:`~trinity_core.ops.LossScale` counts both subsets together, so these losses need
+        :func:`~trinity_plugin_mix.loss_scale.mix_normalizers` over the micro-batches' masks."""
+        return mix_normalizers(
+            [b["action_mask"] for b in micro_batches],
+            [b["expert_mask"] for b in micro_batches],
+            max_tokens=max_tokens,
+            all_reduce=all_reduce,
+        )
 
     @abstractmethod
     def make_sft_loss(self, loss_agg_mode: str) -> SFTTokenLoss:

@@ -50,6 +50,8 @@ class PPOAdvantageFn(TrainerAdvantage):
     """
 
     Args: ClassVar[type[ComponentArgs]] = GAEArgs
+    groups_independent: ClassVar[bool] = False
+    """Whitening over every selected token of the batch makes each advantage depend on all groups."""
     paper: ClassVar[str | None] = "https://arxiv.org/abs/1506.02438"
     required_fields: ClassVar[tuple[str, ...]] = ("reward", "action_mask", "values")
 

@@ -44,6 +44,8 @@ class REINFORCEPLUSPLUSAdvantageFn(TrainerAdvantage):
     Args: ClassVar[type[ComponentArgs]] = REINFORCEPlusPlusArgs
     paper: ClassVar[str | None] = "https://arxiv.org/abs/2501.03262"
     required_fields: ClassVar[tuple[str, ...]] = ("reward", "action_mask")
+    groups_independent: ClassVar[bool] = False
+    """Whitening over every action token of the batch makes each advantage depend on all groups."""
 
     gamma: float
 

@@ -37,6 +37,8 @@ class REINFORCEPlusPlusBaselineAdvantageFn(TrainerAdvantage):
 
     paper: ClassVar[str | None] = "https://arxiv.org/abs/2501.03262"
     required_fields: ClassVar[tuple[str, ...]] = ("reward", "action_mask")
+    groups_independent: ClassVar[bool] = False
+    """Whitening over every action token of the batch makes each advantage depend on all groups."""
     group_level: ClassVar[Literal["task", "run", "step"]] = "task"
 
     def compute(self, batch: ExperienceBatch) -> tuple[Tensor, Tensor, Metrics]:
