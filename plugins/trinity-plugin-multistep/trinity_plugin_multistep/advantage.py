@@ -179,6 +179,14 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
 
     # ------------------------------------------------------------------ vectorized
 
+    def batch_fields(self) -> tuple[str, ...]:
+        """:meth:`process_batch` reads rewards, EIDs and group indices only: no padded column."""
+        return ()
+
+    def batch_group_levels(self) -> tuple[Literal["task", "run", "step"], ...]:
+        """Task groups for the statistics, run groups for the last step of each run."""
+        return ("task", "run")
+
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics, Tensor]:
         """``(advantages (N,), metrics, keep (N,))`` of the whole batch.
 

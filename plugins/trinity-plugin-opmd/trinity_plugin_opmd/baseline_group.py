@@ -49,6 +49,14 @@ class BaselineGroupAdvantage(GroupAdvantage):
         }
         return exps, metrics
 
+    def batch_fields(self) -> tuple[str, ...]:
+        """:meth:`process_batch` reads rewards and group indices only: no padded column."""
+        return ()
+
+    def batch_group_levels(self) -> tuple[Literal["task", "run", "step"], ...]:
+        """Only the ``group_level`` index is read."""
+        return (self.group_level,)
+
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics]:
         """Advantages ``(N,)`` of the whole batch and the summarised per-group metrics."""
         finite_rewards(batch.experiences, f"{type(self).name()} advantage")

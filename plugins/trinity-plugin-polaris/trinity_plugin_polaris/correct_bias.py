@@ -96,6 +96,14 @@ class CorrectBiasAddStrategy(GroupAdvantageStrategy):
         write_advantages(exps, scores.advantages)
         return exps, {"reward_mean": scores.mean[0], "reward_std": scores.std[0], "singleton_count:sum": 0.0}
 
+    def batch_fields(self) -> tuple[str, ...]:
+        """The rank correction reads the log-probs and the action mask."""
+        return ("logprobs", "action_mask")
+
+    def batch_group_levels(self) -> tuple[Literal["task", "run", "step"], ...]:
+        """Only the ``group_level`` index is read."""
+        return (self.group_level,)
+
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics]:
         """Vectorized advantages of the whole step (same result and metrics as the per-group path)."""
         where = f"add strategy {type(self).name()!r}"
