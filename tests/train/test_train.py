@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from trinity_core import registry
 from trinity_core.config import ConfigError, resolve_config
+from trinity_core.registry import create
 from trinity_core.train import DEFAULT_CONFIG, apply_overrides, exact_match, train
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.loop import LaunchError
@@ -187,10 +188,20 @@ def test_embedded_default_resolves_to_the_documented_run() -> None:
         "ppo",
     )
     assert alg.kl_loss_fn == "none"
-    assert alg.policy_loss_fn_args["clip_range"] == 0.2
+    assert alg.policy_loss_fn_args["loss_agg_mode"] == "token-mean"
+    loss = create("policy_loss", alg.policy_loss_fn, alg.policy_loss_fn_args)
+    assert (loss.clip_range_low, loss.clip_range_high) == (0.2, 0.2)  # the grpo preset's ppo default
     assert (cfg.rollout.prompts_per_step, cfg.trainer.lr, cfg.trainer.total_steps) == (16, 3e-4, 800)
     assert cfg.trainer.grad_clip == 1.0
     assert cfg.tasks.name == "last_digit"
+
+
+def test_switching_the_preset_of_the_default_takes_the_new_presets_components() -> None:
+    cfg = resolve_config(apply_overrides(DEFAULT_CONFIG, ["algorithm.algorithm_type=dapo"]))
+    assert (cfg.algorithm.policy_loss_fn, cfg.algorithm.advantage_fn) == ("ppo", "grpo")
+    cfg = resolve_config(apply_overrides(DEFAULT_CONFIG, ["algorithm.algorithm_type=ppo"]))
+    assert cfg.algorithm.advantage_fn == "ppo"  # the ppo preset's GAE, not the default's grpo
+    assert (cfg.algorithm.repeat_times, cfg.algorithm.kl_loss_fn) == (16, "none")
 
 
 @pytest.mark.parametrize(

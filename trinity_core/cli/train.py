@@ -61,11 +61,13 @@ def cmd_train(ns: argparse.Namespace) -> int:
         return 1
     if result is None:
         return 0
-    curve = "  ".join(f"{step}:{reward:.2f}" for step, reward in result.reward_curve)
-    lines = [
-        f"trained {result.steps} steps in {result.wall_seconds:.1f} s",
-        f"mean reward by step: {curve}",
-    ]
+    lines = [f"trained {result.steps} steps in {result.wall_seconds:.1f} s"]
+    if result.reward_curve:
+        curve = "  ".join(f"{step}:{reward:.2f}" for step, reward in result.reward_curve)
+        lines.append(f"mean reward by step: {curve}")
+    if result.loss_curve and not result.reward_curve:  # training-only mode: no rewards, show the loss
+        curve = "  ".join(f"{step}:{loss:.3f}" for step, loss in result.loss_curve)
+        lines.append(f"loss by step: {curve}")
     if result.eval_accuracy is not None:
         lines.append(f"greedy accuracy on held-out prompts: {result.eval_accuracy:.3f}")
     if result.profile is not None:

@@ -1,7 +1,9 @@
 """pydantic models of the run configuration (structure only; components are checked in resolution).
 
 Every section forbids unknown keys. Sections other than ``algorithm`` are placeholders the trainer
-extends: add fields to the section model (with a default and a description).
+extends: add fields to the section model (with a default and a description). The top-level ``mode``
+says whether a run samples rollouts (``both``) or trains on stored experiences only (``train``, reading
+the ``data`` section).
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "COMPONENT_KEYS",
+    "RUN_MODES",
     "AlgorithmConfig",
+    "DataConfig",
     "LossAggMode",
     "ModelConfig",
     "ResolvedAlgorithmConfig",
     "ResolvedConfig",
     "RolloutConfig",
     "RunConfig",
+    "RunMode",
     "Section",
     "TasksConfig",
     "TrainerConfig",
@@ -36,6 +41,12 @@ COMPONENT_KEYS: dict[str, str] = {
     "add_strategy": "add_strategy",
 }
 """Config key of each algorithm component -> its registry kind; its args live under ``<key>_args``."""
+
+RunMode = Literal["both", "train"]
+"""What a run does: ``both`` samples rollouts and trains on them (reinforcement fine-tuning); ``train``
+samples nothing and trains on stored experiences (``data.experiences``), as SFT, CPT and DPO do."""
+RUN_MODES: tuple[str, ...] = ("both", "train")
+"""The values of :data:`RunMode`."""
 
 
 class Section(BaseModel):
@@ -145,7 +156,9 @@ class RolloutConfig(Section):
 class TrainerConfig(Section):
     """The optimisation loop, devices, logging and checkpoints."""
 
-    total_steps: int = Field(default=800, ge=1, description="Training steps (one rollout + update each).")
+    total_steps: int = Field(
+        default=800, ge=1, description="Training steps (an update each; in mode both also a rollout)."
+    )
     lr: float = Field(default=3e-4, gt=0, description="Peak learning rate.")
     seed: int = Field(default=0, description="Random seed (model init, sampling, tasks).")
     optimizer: Literal["adamw", "adam", "sgd"] = Field(default="adamw", description="Optimizer.")
@@ -188,14 +201,58 @@ class TrainerConfig(Section):
     progress: bool = Field(default=True, description="Show a progress bar on stderr.")
 
 
+class DataConfig(Section):
+    """Stored experiences a run in mode ``train`` learns from (ignored in mode ``both``).
+
+    One step takes ``batch_size`` items (a DPO pair is one item) from a shuffled pass over the data; an
+    epoch is ``len(data) // batch_size`` steps (the incomplete last batch of a pass is left out, and the
+    next pass is shuffled anew). The run lasts ``trainer.total_steps`` steps, or fewer when ``epochs``
+    passes end first.
+    """
+
+    experiences: str | None = Field(
+        default=None,
+        description=(
+            "Directory of stored experiences: a disk buffer (numbered .trxp files of trinity_core.buffer's "
+            "disk writer) or a Hugging Face dataset saved with save_to_disk (e.g. of to_hf_datasets). "
+            "Required in mode train."
+        ),
+    )
+    format: Literal["auto", "buffer", "dataset"] = Field(
+        default="auto",
+        description=(
+            "How to read data.experiences; auto: a disk buffer if it holds .trxp files, else a dataset."
+        ),
+    )
+    split: str = Field(default="train", description="Split to read when the dataset is a DatasetDict.")
+    batch_size: int = Field(
+        default=16, ge=1, description="Items per training step, all ranks together (DPO: pairs)."
+    )
+    epochs: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Passes over the data; the run stops after them or at trainer.total_steps, whichever is first."
+        ),
+    )
+    shuffle: bool = Field(
+        default=True, description="Shuffle the items at every pass (seeded by trainer.seed and the pass)."
+    )
+
+
 class RunConfig(Section):
     """A whole run as written by the user (YAML or dict), before presets and components are applied."""
 
+    mode: RunMode = Field(
+        default="both",
+        description="both: rollouts and training (RL); train: training only, on data.experiences.",
+    )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
 
 
 class ResolvedAlgorithmConfig(Section):
@@ -229,9 +286,11 @@ class ResolvedConfig(Section):
     it is excluded from dumps.
     """
 
+    mode: RunMode = "both"
     algorithm: ResolvedAlgorithmConfig
     model: ModelConfig
     tasks: TasksConfig
     rollout: RolloutConfig
     trainer: TrainerConfig
+    data: DataConfig = Field(default_factory=DataConfig)
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)

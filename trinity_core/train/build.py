@@ -39,8 +39,13 @@ def needs_reference(config: ResolvedConfig) -> bool:
     return alg.kl_loss_fn not in _OFF or alg.kl_penalty_fn not in _OFF
 
 
-def build_components(config: ResolvedConfig, writer: Any) -> Components:
-    """Instantiate every component (args were validated by ``resolve_config``)."""
+def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = False) -> Components:
+    """Instantiate every component (args were validated by ``resolve_config``).
+
+    With ``offline`` (mode ``train``) nothing computes advantages: the advantage function and add
+    strategy are not built (a loss that reads advantages gets the stored ones), and a KL penalty, which
+    rewrites rewards before advantages are computed, is an error.
+    """
     alg = config.algorithm
     preset = registry.resolve("algorithm", alg.algorithm_type)
     problems: list[ConfigProblem] = []
@@ -53,6 +58,28 @@ def build_components(config: ResolvedConfig, writer: Any) -> Components:
             return None
         return registry.create(kind, name, getattr(alg, f"{key}_args"), **runtime)
 
+    if offline:
+        if alg.kl_penalty_fn not in _OFF:
+            problems.append(
+                ConfigProblem(
+                    "algorithm.kl_penalty_fn",
+                    f"mode 'train' computes no advantages, so KL penalty {alg.kl_penalty_fn!r} (applied to "
+                    "rewards before advantages) has nothing to act on",
+                    hint="set algorithm.kl_penalty_fn to none, or use kl_loss_fn",
+                )
+            )
+        if problems:
+            raise ConfigError(problems)
+        return Components(
+            preset=preset,
+            policy_loss=make("policy_loss", "policy_loss_fn", backend="verl"),
+            kl_loss=make("kl_fn", "kl_loss_fn"),
+            kl_penalty=None,
+            entropy=make("entropy_loss", "entropy_loss_fn"),
+            advantage=None,
+            add_strategy=None,
+            advantage_in_trainer=False,
+        )
     advantage = make("advantage_fn", "advantage_fn")
     add_strategy = make("add_strategy", "add_strategy", writer=writer)
     in_trainer = advantage is not None and type(advantage).compute_in_trainer()

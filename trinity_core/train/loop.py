@@ -16,6 +16,10 @@ Step ``s`` on every rank::
     clip, optimizer.step(), scheduler.step()
     metrics -> gathered over ranks once -> metrics.jsonl, trackers, trinity_on_metrics
 
+In mode ``train`` (:meth:`Trainer.offline_step`) there is no rollout: a step reads ``data.batch_size``
+stored items (DPO pairs split into adjacent chosen/rejected rows, :mod:`trinity_core.train.offline`),
+runs the reference pass when a KL loss or the loss needs ``ref_logprob``, and makes the same update.
+
 The loss convention (``trinity_core.ops.loss_scale``): every micro-batch's loss is normalised by the
 token / sequence counts of the whole optimizer step across micro-batches *and* ranks, the micro-batch
 losses are summed (gradient accumulation) and DDP averages the gradients, so the update equals the
@@ -46,6 +50,7 @@ from trinity_core.ops import LossScale, global_normalizers
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
 from trinity_core.train.model import load_policy
+from trinity_core.train.offline import StoredExperiences, load_stored_experiences
 from trinity_core.train.profile import ProgressBar, StepProfiler
 from trinity_core.train.rewards import combine_rewards
 from trinity_core.train.rollout import Rollout, generate
@@ -69,6 +74,7 @@ class TrainResult:
     profile: dict[str, float] | None = None
     final_reward: float = math.nan
     history: list[dict[str, float]] = field(default_factory=list)
+    loss_curve: list[tuple[int, float]] = field(default_factory=list)
 
 
 def response_logprobs(
@@ -109,6 +115,37 @@ def _lr_lambda(kind: str, warmup: int, total: int) -> Any:
     return factor
 
 
+def _check_offline_trainer(config: ResolvedConfig) -> None:
+    """Mode ``train`` makes one optimizer update per step: passes over the data are ``data.epochs``."""
+    problems = [
+        ConfigProblem(
+            f"trainer.{key}",
+            f"mode 'train' makes one optimizer update per step on data.batch_size items, got {key} = {value}",
+            hint=f"remove trainer.{key}; use data.epochs for passes over the data",
+        )
+        for key in ("epochs", "minibatches")
+        if (value := getattr(config.trainer, key)) != 1
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _check_vocabulary(data: StoredExperiences, model: Any) -> None:
+    """Every stored token id must be an id of the model's vocabulary (else the embedding fails mid-run)."""
+    vocab = int(model.get_input_embeddings().num_embeddings)
+    highest = int(torch.cat([row.tokens for row in data.rows if row.tokens is not None]).max())
+    if highest >= vocab:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "data.experiences",
+                    f"token id {highest} is outside the model's vocabulary of {vocab} ids",
+                    hint="tokenize the experiences with the run's tokenizer (model.tokenizer_path)",
+                )
+            ]
+        )
+
+
 class Trainer:
     """One run: built from a resolved config and a run directory; :meth:`train` runs every step."""
 
@@ -129,7 +166,10 @@ class Trainer:
         world = accelerator.num_processes
         self.rank = accelerator.process_index
         self.is_main = accelerator.is_main_process
-        if rcfg.prompts_per_step % world:
+        self.offline = config.mode == "train"
+        if self.offline:
+            _check_offline_trainer(config)
+        elif rcfg.prompts_per_step % world:
             raise ConfigError(
                 [
                     ConfigProblem(
@@ -146,7 +186,23 @@ class Trainer:
         self.task = build_task(config)
         self.reward_names, self.reward_fns, self.reward_weights = build_rewards(config, self.task)
         self.writer, self.reader = make_buffer("memory")
-        self.components = build_components(config, self.writer)
+        self.components = build_components(config, self.writer, offline=self.offline)
+        self.data: StoredExperiences | None = None
+        if self.offline:
+            self.data = load_stored_experiences(config, world, schema=str(self.components.preset.schema))
+            if self.data.paired and tcfg.micro_batch_size is not None and tcfg.micro_batch_size % 2:
+                raise ConfigError(
+                    [
+                        ConfigProblem(
+                            "trainer.micro_batch_size",
+                            f"{tcfg.micro_batch_size} rows would cut a DPO pair (two rows) in half",
+                            hint="use an even micro_batch_size",
+                        )
+                    ]
+                )
+        self.total_steps = (
+            self.data.total_steps(tcfg.total_steps, config.data.epochs) if self.data else tcfg.total_steps
+        )
         self.pm = get_plugin_manager()
         self.max_new_tokens = rcfg.max_new_tokens or self.task.max_response_tokens()
 
@@ -161,7 +217,11 @@ class Trainer:
             self.task.alphabet(),
             seed=tcfg.seed,
         )
-        self.use_ref = needs_reference(config)
+        if self.data is not None:
+            _check_vocabulary(self.data, model)
+        loss_fn = self.components.policy_loss
+        loss_reads_ref = any(loss_fn.mapper.to_trinity(k) == "ref_logprob" for k in loss_fn.select_keys)
+        self.use_ref = needs_reference(config) or loss_reads_ref
         ref = None
         if self.use_ref:
             if config.model.ref_model_path:
@@ -182,7 +242,7 @@ class Trainer:
             cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
             optimizer = cls(groups, lr=tcfg.lr, betas=tcfg.betas, weight_decay=tcfg.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, _lr_lambda(tcfg.lr_scheduler, tcfg.warmup_steps, tcfg.total_steps)
+            optimizer, _lr_lambda(tcfg.lr_scheduler, tcfg.warmup_steps, self.total_steps)
         )
         self.model, self.optimizer = accelerator.prepare(model, optimizer)
         self.scheduler = scheduler
@@ -192,6 +252,7 @@ class Trainer:
         self.event_loop = asyncio.new_event_loop()
         self.start_step = 0
         self.history: list[dict[str, float]] = []
+        self.select_keys_check()
         if resume:
             self._load_checkpoint()
 
@@ -199,7 +260,7 @@ class Trainer:
 
     def step(self, step: int) -> dict[str, float]:
         """Run training step ``step`` (0-based) and return its metrics (gathered over ranks)."""
-        prof, acc, comps, tcfg = self.profiler, self.acc, self.components, self.config.trainer
+        prof, acc, comps = self.profiler, self.acc, self.components
         metrics: dict[str, Tensor] = {}
         G = self.group_size
 
@@ -296,9 +357,73 @@ class Trainer:
             "advantages": batch.advantages.to(torch.float32),
             **{k[:-1] if k.endswith("logprobs") else k: v for k, v in batch.extras.items()},
         }
+        n = len(batch)
+        metrics.update(self.update(ids, attn, P, columns, n))
+
+        # 6. Metrics: one reduction over ranks, one host transfer.
+        metrics["reward/mean"] = torch.nanmean(batch.rewards)
+        metrics["reward/std"] = (
+            batch.rewards[batch.has_reward].std(correction=0) if n > 1 else torch.zeros(())
+        )
+        metrics["response/length"] = batch.response_lengths.double().mean()
+        metrics["response/truncated"] = rollout.truncated.double().mean()
+        out = self._reduce(metrics)
+        out["lr"] = float(self.scheduler.get_last_lr()[0])
+        out["step"] = float(step + 1)
+        return out
+
+    def offline_step(self, step: int) -> dict[str, float]:
+        """Run step ``step`` (0-based) of mode ``train``; return its metrics (gathered over ranks).
+
+        Stored experiences replace the rollout: no generation, rewards or advantages are computed.
+        """
+        prof, acc, data = self.profiler, self.acc, self.data
+        assert data is not None  # mode train always loads its data
+        metrics: dict[str, Tensor] = {}
+
+        # 1. Batch: this rank's items of the step; a DPO pair is two adjacent rows, chosen first.
+        exps = data.step_rows(step, self.rank)
+        batch = ExperienceBatch.from_experiences(exps, pad_token_id=self.tokenizer.pad_token_id).to(
+            acc.device
+        )
+        ids, P = batch.input_ids.long(), batch.max_prompt_length
+        attn = None if all(e.prompt_length == P for e in exps) else batch.attention_mask
+        mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
+        columns: dict[str, Tensor] = {"action_mask": mask, **data.pair_columns(len(batch), acc.device)}
+        if batch.logprobs is not None:  # the behaviour policy's log-probs, when stored
+            columns["old_logprob"] = batch.logprobs.to(torch.float32)
+        if batch.advantages is not None:
+            columns["advantages"] = batch.advantages.to(torch.float32)
+
+        # 2. Reference pass: π_ref log-probs for the DPO loss and KL losses.
+        if self.ref is not None:
+            with prof.section("reference"), torch.no_grad():
+                columns["ref_logprob"] = response_logprobs(self.ref, ids, attn, P, False)[0]
+
+        # 3. Update: one optimizer step over micro-batches (global normalizers, as in mode both).
+        metrics.update(self.update(ids, attn, P, columns, len(batch)))
+
+        # 4. Metrics: one reduction over ranks, one host transfer.
+        if data.has_rewards:
+            metrics["reward/mean"] = torch.nanmean(batch.rewards)
+        metrics["response/length"] = batch.response_lengths.double().mean()
+        out = self._reduce(metrics)
+        out["lr"] = float(self.scheduler.get_last_lr()[0])
+        out["data/epoch"] = (step + 1) / data.steps_per_epoch
+        out["step"] = float(step + 1)
+        return out
+
+    def update(
+        self, ids: Tensor, attn: Tensor | None, P: int, columns: dict[str, Tensor], n: int
+    ) -> dict[str, Tensor]:
+        """``trainer.epochs`` × ``trainer.minibatches`` optimizer steps on the ``n`` rows, then the scheduler.
+
+        Returns the loss terms (means over micro-batches), ``actor/grad_norm`` and ``actor/kl_coef``.
+        """
+        prof, acc, tcfg = self.profiler, self.acc, self.config.trainer
+        metrics: dict[str, Tensor] = {}
         loss_terms: list[dict[str, Tensor]] = []
         grad_norms: list[Tensor] = []
-        n = len(batch)
         for _epoch in range(tcfg.epochs):
             for rows_idx in torch.arange(n, device=acc.device).tensor_split(tcfg.minibatches):
                 loss_terms += self.backward_minibatch(ids, attn, P, columns, rows_idx)
@@ -314,20 +439,9 @@ class Trainer:
             metrics["actor/grad_norm"] = torch.stack(
                 [g.detach().to(torch.float64) for g in grad_norms]
             ).mean()
-        if comps.kl_loss is not None:
-            metrics["actor/kl_coef"] = comps.kl_loss.update_kl_coef()
-
-        # 6. Metrics: one reduction over ranks, one host transfer.
-        metrics["reward/mean"] = torch.nanmean(batch.rewards)
-        metrics["reward/std"] = (
-            batch.rewards[batch.has_reward].std(correction=0) if n > 1 else torch.zeros(())
-        )
-        metrics["response/length"] = batch.response_lengths.double().mean()
-        metrics["response/truncated"] = rollout.truncated.double().mean()
-        out = self._reduce(metrics)
-        out["lr"] = float(self.scheduler.get_last_lr()[0])
-        out["step"] = float(step + 1)
-        return out
+        if self.components.kl_loss is not None:
+            metrics["actor/kl_coef"] = self.components.kl_loss.update_kl_coef()
+        return metrics
 
     # ------------------------------------------------------------------ helpers of the step
 
@@ -442,12 +556,13 @@ class Trainer:
 
     def select_keys_check(self) -> None:
         """Fail before training when the policy loss asks for a column the trainer cannot provide."""
-        provided = {
-            "old_logprob",
-            "action_mask",
-            "advantages",
-            *(["ref_logprob"] if self.ref is not None else []),
-        }
+        provided = {"old_logprob", "action_mask", *(["ref_logprob"] if self.ref is not None else [])}
+        if self.data is None:
+            provided.add("advantages")
+        else:
+            provided.update(self.data.pair_columns(2, torch.device("cpu")))
+            if self.data.has_advantages:
+                provided.add("advantages")
         loss_fn = self.components.policy_loss
         missing = [k for k in loss_fn.select_keys if loss_fn.mapper.to_trinity(k) not in provided]
         if missing:
@@ -457,15 +572,17 @@ class Trainer:
                         "algorithm.policy_loss_fn",
                         f"policy loss {self.config.algorithm.policy_loss_fn!r} needs {missing}, which "
                         f"trinity train does not provide (it provides {sorted(provided)})",
+                        hint="in mode train, store advantages in the experiences or pick another loss"
+                        if self.data is not None
+                        else None,
                     )
                 ]
             )
 
     def train(self) -> TrainResult:
         """Run the remaining steps, log, checkpoint, evaluate; return the summary."""
-        self.select_keys_check()
         tcfg = self.config.trainer
-        total = tcfg.total_steps
+        total = self.total_steps
         bar = ProgressBar(total, self.start_step, enabled=tcfg.progress and self.is_main)
         metrics_path = self.run_dir / "metrics.jsonl"
         log = metrics_path.open("a", encoding="utf-8") if self.is_main else None
@@ -473,7 +590,7 @@ class Trainer:
         try:
             for step in range(self.start_step, total):
                 t_step = time.perf_counter()
-                out = self.step(step)
+                out = self.offline_step(step) if self.offline else self.step(step)
                 if self.profiler.enabled:
                     self.profiler.totals["step"] += time.perf_counter() - t_step
                     self.profiler.steps += 1
@@ -487,7 +604,7 @@ class Trainer:
                 if (every and (step + 1) % every == 0) or step + 1 == total:
                     self.save_checkpoint(step + 1)
                 notify_metrics(self.pm, step + 1, out)
-                bar.update(step + 1, out["reward/mean"], out["actor/loss"])
+                bar.update(step + 1, out.get("reward/mean", math.nan), out["actor/loss"])
         finally:
             bar.close()
             if log is not None:
@@ -500,19 +617,22 @@ class Trainer:
         curve = self.reward_curve()
         result = TrainResult(
             run_dir=self.run_dir,
-            steps=self.config.trainer.total_steps,
+            steps=self.total_steps,
             reward_curve=curve,
             eval_accuracy=eval_acc,
             wall_seconds=wall,
             profile=self.profiler.report() if self.profiler.enabled else None,
-            final_reward=self.history[-1]["reward/mean"] if self.history else math.nan,
+            final_reward=self.history[-1].get("reward/mean", math.nan) if self.history else math.nan,
             history=self.history,
+            loss_curve=self.reward_curve(key="actor/loss"),
         )
         if self.is_main:
             summary = {
+                "mode": self.config.mode,
                 "steps": result.steps,
                 "wall_seconds": wall,
                 "reward_curve": curve,
+                "loss_curve": result.loss_curve,
                 "eval_greedy_accuracy": eval_acc,
                 "profile": result.profile,
             }
@@ -523,9 +643,12 @@ class Trainer:
         self.acc.end_training()
         return result
 
-    def reward_curve(self, points: int = 9) -> list[tuple[int, float]]:
-        """Mean reward over windows of the run's history at ``points`` evenly spaced steps."""
-        rows = self._read_metrics() if self.is_main else self.history
+    def reward_curve(self, points: int = 9, key: str = "reward/mean") -> list[tuple[int, float]]:
+        """Mean of metric ``key`` over windows of the run's history at ``points`` evenly spaced steps.
+
+        Empty when no step logged ``key`` (mode ``train`` on experiences without rewards).
+        """
+        rows = [r for r in (self._read_metrics() if self.is_main else self.history) if key in r]
         if not rows:
             return []
         window = max(len(rows) // (points * 2), 1)
@@ -533,7 +656,7 @@ class Trainer:
         curve = []
         for p in picks:
             lo = max(p - window + 1, 0)
-            values = [r["reward/mean"] for r in rows[lo : p + 1]]
+            values = [r[key] for r in rows[lo : p + 1]]
             curve.append((int(rows[p]["step"]), sum(values) / len(values)))
         return curve
 

@@ -11,7 +11,7 @@ __all__ = ["plot_run"]
 
 
 def plot_run(metrics_path: Path, out: Path) -> str | None:
-    """Draw reward and loss per step into ``out``; return a note instead when matplotlib is missing."""
+    """Draw reward (gaps where not logged) and loss per step into ``out``; a note if matplotlib is missing."""
     try:
         matplotlib: Any = importlib.import_module("matplotlib")
     except ImportError:
@@ -25,7 +25,7 @@ def plot_run(metrics_path: Path, out: Path) -> str | None:
     ]
     steps = [r["step"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
-    ax1.plot(steps, [r["reward/mean"] for r in rows], lw=1)
+    ax1.plot(steps, [r.get("reward/mean", float("nan")) for r in rows], lw=1)
     ax1.set_ylabel("mean reward")
     ax1.grid(alpha=0.3)
     ax2.plot(steps, [r.get("actor/loss", float("nan")) for r in rows], lw=1, color="tab:red")

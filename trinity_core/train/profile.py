@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -94,8 +95,9 @@ class ProgressBar:
         width = 24
         filled = int(width * step / max(self.total, 1))
         bar = "#" * filled + "-" * (width - filled)
+        reward_text = "" if math.isnan(reward) else f" | reward {reward:.3f}"  # NaN: no rewards (mode train)
         self.stream.write(
-            f"\r[{bar}] step {step}/{self.total} | reward {reward:.3f} | loss {loss:+.4f} | "
+            f"\r[{bar}] step {step}/{self.total}{reward_text} | loss {loss:+.4f} | "
             f"{speed:.1f} steps/s | eta {eta:.0f}s "
         )
         self.stream.flush()

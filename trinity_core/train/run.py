@@ -32,15 +32,9 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG: dict[str, Any] = {
-    "algorithm": {
-        "algorithm_type": "grpo",
-        "repeat_times": 16,
-        "policy_loss_fn": "ppo",
-        "policy_loss_fn_args": {"clip_range": 0.2},
-        "kl_loss_fn": "none",
-        "kl_penalty_fn": "none",
-        "loss_agg_mode": "token-mean",
-    },
+    # Only what differs from the grpo preset (which brings the ppo loss, clip 0.2 and token-mean), so
+    # `--set algorithm.algorithm_type=sapo` gets sapo's own components rather than grpo's leftovers.
+    "algorithm": {"algorithm_type": "grpo", "repeat_times": 16, "kl_loss_fn": "none"},
     "model": {"model_path": None},
     "tasks": {"name": "last_digit", "reward_fns": ["exact_match"], "eval_size": 100},
     "rollout": {"prompts_per_step": 16, "temperature": 1.0},

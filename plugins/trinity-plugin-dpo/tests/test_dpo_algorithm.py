@@ -11,6 +11,16 @@ from trinity_core import registry
 from trinity_core.components import ALGORITHM_CONFIG_KEYS
 from trinity_core.config import ConfigError, resolve_config
 
+OFFLINE = {"mode": "train", "data": {"experiences": "data/pairs"}}
+"""The part of a trinity-core run configuration that the dpo preset requires."""
+
+
+def offline(**algorithm: object) -> SimpleNamespace:
+    """A configuration object in mode train with stored experiences and the given algorithm fields."""
+    return SimpleNamespace(
+        mode="train", data=SimpleNamespace(experiences="data/pairs"), algorithm=SimpleNamespace(**algorithm)
+    )
+
 
 def test_flags_match_the_seed() -> None:
     assert (DPOAlgorithm.use_critic, DPOAlgorithm.use_reference) == (False, True)
@@ -34,7 +44,9 @@ def test_default_config() -> None:
 
 
 def test_preset_resolves_end_to_end() -> None:
-    resolved = resolve_config({"algorithm": {"algorithm_type": "dpo", "policy_loss_fn_args": {"beta": 0.2}}})
+    resolved = resolve_config(
+        {**OFFLINE, "algorithm": {"algorithm_type": "dpo", "policy_loss_fn_args": {"beta": 0.2}}}
+    )
     algo = resolved.algorithm
     assert (algo.repeat_times, algo.advantage_fn, algo.kl_loss_fn) == (2, None, "k2")
     loss = registry.create("policy_loss", algo.policy_loss_fn, algo.policy_loss_fn_args)
@@ -44,47 +56,57 @@ def test_preset_resolves_end_to_end() -> None:
 
 def test_repeat_times_other_than_two_is_an_error() -> None:
     with pytest.raises(ConfigError, match="repeat_times = 2"):
-        resolve_config({"algorithm": {"algorithm_type": "dpo", "repeat_times": 4}})
-    resolve_config({"algorithm": {"algorithm_type": "dpo", "repeat_times": 2}})
+        resolve_config({**OFFLINE, "algorithm": {"algorithm_type": "dpo", "repeat_times": 4}})
+    resolve_config({**OFFLINE, "algorithm": {"algorithm_type": "dpo", "repeat_times": 2}})
 
 
 @pytest.mark.parametrize("kl", ["none", None])
 def test_no_kl_loss_is_replaced_by_k2_with_a_warning(
     kl: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    algorithm = SimpleNamespace(repeat_times=2, kl_loss_fn=kl)
+    config = offline(repeat_times=2, kl_loss_fn=kl)
     with caplog.at_level("WARNING"):
-        DPOAlgorithm.check_config(SimpleNamespace(algorithm=algorithm))
-    assert algorithm.kl_loss_fn == "k2"
+        DPOAlgorithm.check_config(config)
+    assert config.algorithm.kl_loss_fn == "k2"
     assert "needs a KL loss" in caplog.text
 
 
 def test_user_kl_none_resolves_to_k2_with_its_arguments() -> None:
-    resolved = resolve_config({"algorithm": {"algorithm_type": "dpo", "kl_loss_fn": "none"}})
+    resolved = resolve_config({**OFFLINE, "algorithm": {"algorithm_type": "dpo", "kl_loss_fn": "none"}})
     assert resolved.algorithm.kl_loss_fn == "k2"
     assert resolved.algorithm.kl_loss_fn_args == registry.resolve("kl_fn", "k2").default_args()
     assert resolved.sources["algorithm.kl_loss_fn"] == "preset 'dpo' check_config"
     # Another estimator named by the user is kept.
     assert (
-        resolve_config({"algorithm": {"algorithm_type": "dpo", "kl_loss_fn": "k3"}}).algorithm.kl_loss_fn
+        resolve_config(
+            {**OFFLINE, "algorithm": {"algorithm_type": "dpo", "kl_loss_fn": "k3"}}
+        ).algorithm.kl_loss_fn
         == "k3"
     )
 
 
 @pytest.mark.parametrize("mode", ["both", "explore"])
 def test_modes_that_explore_are_rejected(mode: str) -> None:
-    with pytest.raises(ValueError, match=f"does not support mode '{mode}'"):
+    with pytest.raises(ValueError, match=f"does not support mode '{mode}'; set `mode: train`"):
         DPOAlgorithm.check_config(SimpleNamespace(mode=mode, algorithm=SimpleNamespace(repeat_times=2)))
+
+
+def test_core_config_rules_fire_through_resolve_config() -> None:
+    with pytest.raises(ConfigError, match=r"rejected by check_config: .*does not support mode 'both'"):
+        resolve_config({"algorithm": {"algorithm_type": "dpo"}})
+    with pytest.raises(ConfigError, match=r"`data\.experiences`, which is not set"):
+        resolve_config({"mode": "train", "algorithm": {"algorithm_type": "dpo"}})
+    assert resolve_config({**OFFLINE, "algorithm": {"algorithm_type": "dpo"}}).mode == "train"
 
 
 def test_training_needs_the_data_set_and_uses_checkpoint_sync() -> None:
     algorithm = SimpleNamespace(repeat_times=2, kl_loss_fn="k2")
-    with pytest.raises(ValueError, match=r"experience_buffer\.path"):
+    with pytest.raises(ValueError, match=r"data\.experiences"):
         DPOAlgorithm.check_config(SimpleNamespace(mode="train", algorithm=algorithm))
     config = SimpleNamespace(
         mode="train",
         algorithm=algorithm,
-        buffer={"trainer_input": {"experience_buffer": {"path": "data/pairs"}}},
+        data={"experiences": "data/pairs"},
         synchronizer=SimpleNamespace(sync_method="nccl", sync_interval=1),
         trainer=SimpleNamespace(save_interval=20),
     )

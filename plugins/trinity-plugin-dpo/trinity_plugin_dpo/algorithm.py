@@ -31,10 +31,10 @@ class DPOAlgorithm(AlgorithmType):
     (``can_balance_batch = False``: balancing reorders rows, and adjacent pairs must stay adjacent). The
     ``dpo`` loss, a ``k2`` KL loss, the default entropy term, ``repeat_times = 2``.
 
-    :meth:`check_config`, following the reference: the run must train only, from a prepared data set,
-    and synchronise by checkpoint (see :mod:`trinity_plugin_sft.config_checks`); ``repeat_times`` other
-    than 2 is an **error** (the reference silently overwrites it); no KL loss (``none`` or unset) is
-    **replaced by** ``k2`` with a warning, as in the reference.
+    :meth:`check_config`, following the reference: the run must train only (``mode: train``) on stored
+    pairs named in ``data.experiences`` (see :mod:`trinity_plugin_sft.config_checks`); ``repeat_times``
+    other than 2 is an **error** (the reference silently overwrites it); no KL loss (``none`` or unset)
+    is **replaced by** ``k2`` with a warning, as in the reference.
     """
 
     paper: ClassVar[str | None] = "https://arxiv.org/abs/2305.18290"
@@ -43,6 +43,9 @@ class DPOAlgorithm(AlgorithmType):
     compute_advantage_in_trainer = False
     can_balance_batch = False
     schema = "dpo"
+    conformance_config: ClassVar[dict[str, Any]] = {"mode": "train", "data": {"experiences": "experiences"}}
+    """What every run of this preset needs besides the algorithm (a stored data set to train on): the
+    conformance kit's ``preset_validates`` adds it to the minimal config."""
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -60,7 +63,7 @@ class DPOAlgorithm(AlgorithmType):
         """Offline training only, ``repeat_times == 2``, and a KL loss (``k2`` substituted for none).
 
         Raises:
-            ValueError: an exploring mode, a missing data set in mode ``train``, or ``repeat_times != 2``.
+            ValueError: a mode other than ``train``, no ``data.experiences``, or ``repeat_times != 2``.
         """
         require_offline_training(config, "dpo")
         repeat_times = lookup(config, "algorithm.repeat_times")

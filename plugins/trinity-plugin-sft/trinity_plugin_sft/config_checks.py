@@ -1,9 +1,14 @@
-"""Configuration checks shared by presets that train from a prepared data set (SFT, CPT, DPO).
+"""Configuration checks shared by presets that train on stored experiences (SFT, CPT, DPO).
 
-The reference checks ``config.mode`` and ``buffer.trainer_input.experience_buffer.path``, and forces
-checkpoint synchronisation. trinity-core's run configuration does not have these fields yet; the checks
-read them where they exist (attribute or mapping access along the dotted path) and skip what the model
-does not define, so the presets resolve today and become strict as soon as the fields are added.
+trinity-core's run configuration says what a run does in ``mode`` (``both``: rollouts and training;
+``train``: training only) and names the stored experiences in ``data.experiences`` (a disk buffer
+directory or a ``save_to_disk`` dataset). These presets have no rollouts to learn from, so they need
+``mode: train`` and ``data.experiences``.
+
+The reference (trinity-rft) also forces checkpoint synchronisation between its explorer and trainer;
+:func:`enforce_checkpoint_sync` does that for configuration objects that have a ``synchronizer``
+section. trinity-core's has none (a run in mode ``train`` has no rollout model to synchronise), so there
+it does nothing.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 __all__ = [
-    "EXPERIENCE_BUFFER_PATH",
+    "EXPERIENCES_PATH",
     "MODE_PATH",
     "PIPELINE_MODES",
     "SAVE_INTERVAL_PATH",
     "SYNC_INTERVAL_PATH",
     "SYNC_METHOD_PATH",
+    "TRAIN_MODE",
     "enforce_checkpoint_sync",
     "is_missing",
     "lookup",
@@ -29,14 +35,17 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MODE_PATH: Final[str] = "mode"
-"""Where the run mode lives: ``"both"`` (explore and train), ``"explore"``, ``"train"``, ``"bench"``, ..."""
-EXPERIENCE_BUFFER_PATH: Final[str] = "buffer.trainer_input.experience_buffer.path"
-"""Where the trainer's input data set is named (a path or URI)."""
+"""Where the run mode lives: ``"both"`` (rollouts and training) or ``"train"`` (training only)."""
+TRAIN_MODE: Final[str] = "train"
+"""The training-only mode, the one these presets need."""
+EXPERIENCES_PATH: Final[str] = "data.experiences"
+"""Where the stored experiences are named (a disk buffer directory or a ``save_to_disk`` dataset)."""
 SYNC_METHOD_PATH: Final[str] = "synchronizer.sync_method"
 SYNC_INTERVAL_PATH: Final[str] = "synchronizer.sync_interval"
 SAVE_INTERVAL_PATH: Final[str] = "trainer.save_interval"
 PIPELINE_MODES: Final[frozenset[str]] = frozenset({"both", "explore"})
-"""Modes in which rollouts run and the experience pipeline (with its advantage function) is used."""
+"""Modes in which rollouts run and the experience pipeline (with its advantage function) is used
+(``explore`` is the reference's rollout-only mode)."""
 
 _MISSING = object()
 
@@ -76,29 +85,27 @@ def run_mode(config: Any) -> str | None:
 
 
 def require_offline_training(config: Any, algorithm: str) -> None:
-    """Reject modes that explore, and require the input data set when training (reference SFT/DPO rule).
+    """Require ``mode: train`` and stored experiences in ``data.experiences``.
 
-    * ``mode`` ``"both"`` or ``"explore"``: ``ValueError`` (the algorithm learns from a fixed data set,
-      it has no rollouts to explore with);
-    * ``mode`` ``"train"``: ``buffer.trainer_input.experience_buffer.path`` must be set;
-    * a configuration without ``mode`` is not checked.
+    Raises:
+        ValueError: the mode is not ``train`` (or the configuration has no mode), or
+            ``data.experiences`` is unset; the message names the config path and the fix.
     """
     mode = run_mode(config)
-    if mode is None:
-        return
-    if mode in PIPELINE_MODES:
+    if mode != TRAIN_MODE:
+        shown = "no mode" if mode is None else f"mode {mode!r}"
         raise ValueError(
-            f"algorithm {algorithm!r} trains on a prepared data set and does not support mode {mode!r}; "
-            f"set `{MODE_PATH}: train` and name the data set in `{EXPERIENCE_BUFFER_PATH}`"
+            f"algorithm {algorithm!r} trains on stored experiences and has no rollouts to learn from, so it "
+            f"does not support {shown}; set `{MODE_PATH}: {TRAIN_MODE}` and name the experiences in "
+            f"`{EXPERIENCES_PATH}` (a disk buffer directory or a save_to_disk dataset)"
         )
-    if mode != "train":
-        return
-    path = lookup(config, EXPERIENCE_BUFFER_PATH)
+    path = lookup(config, EXPERIENCES_PATH)
     if is_missing(path) or not path:
         where = "is not set" if not is_missing(path) else "does not exist in this configuration model"
         raise ValueError(
-            f"algorithm {algorithm!r} in mode 'train' reads its data from `{EXPERIENCE_BUFFER_PATH}`, which "
-            f"{where}; set it to the path or URI of the {algorithm} data set"
+            f"algorithm {algorithm!r} in mode {TRAIN_MODE!r} reads its experiences from "
+            f"`{EXPERIENCES_PATH}`, which {where}; set it to a disk buffer directory (written with "
+            f"make_buffer('disk', path)) or a dataset saved with to_hf_datasets(...).save_to_disk(path)"
         )
 
 
@@ -107,7 +114,8 @@ def enforce_checkpoint_sync(config: Any, algorithm: str) -> None:
 
     With no explorer there is no running rollout model to push weights to; the reference sets
     ``synchronizer.sync_method = "checkpoint"`` (warning when it changes it) and
-    ``synchronizer.sync_interval = trainer.save_interval``. Fields the model lacks are left alone.
+    ``synchronizer.sync_interval = trainer.save_interval``. Fields the model lacks are left alone (all
+    of them in trinity-core's configuration).
     """
     method = lookup(config, SYNC_METHOD_PATH)
     synchronizer = lookup(config, "synchronizer")

@@ -19,7 +19,10 @@ class RAFTAlgorithm(AlgorithmType):
 
     Difference from the reference (defect 14): the reference inherits the base default advantage function
     ``ppo``, which runs in the trainer, so the experience pipeline rejects it in modes that explore. Here
-    no advantage function is named, and :meth:`check_config` rejects a trainer-side one in such modes.
+    no advantage function is named, and :meth:`check_config` rejects a trainer-side one in mode ``both``
+    with a RAFT-specific message. In mode ``train`` (SFT on stored rollouts) no advantage function runs,
+    and trinity-core's own placement check (``compute_advantage_in_trainer`` against the function's
+    ``compute_in_trainer()``) still rejects a trainer-side one, so the two rules never disagree.
     """
 
     paper = "https://arxiv.org/abs/2304.06767"
@@ -45,7 +48,8 @@ class RAFTAlgorithm(AlgorithmType):
 
         Raises:
             ValueError: ``algorithm.advantage_fn`` names a trainer-side function (``compute_in_trainer()``
-                True) and the mode explores (``both``/``explore``, or a configuration without a mode).
+                True) and the mode runs rollouts (``both``, the reference's ``explore``, or a
+                configuration without a mode).
         """
         name = lookup(config, "algorithm.advantage_fn")
         if not isinstance(name, str):
@@ -60,6 +64,7 @@ class RAFTAlgorithm(AlgorithmType):
             raise ValueError(
                 f"algorithm 'raft' computes advantages in the experience pipeline "
                 f"(compute_advantage_in_trainer=False), but advantage_fn {name!r} runs in the trainer "
-                f"(compute_in_trainer() is True); remove algorithm.advantage_fn (the sft loss reads no "
-                f"advantages) or name a pipeline-side function such as 'grpo'"
+                f"(compute_in_trainer() is True) and mode {mode or 'both'!r} runs the experience pipeline; "
+                f"remove algorithm.advantage_fn (the sft loss reads no advantages) or name a pipeline-side "
+                f"function such as 'grpo'"
             )

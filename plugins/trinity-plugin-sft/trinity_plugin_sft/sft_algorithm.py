@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from trinity_core.components import AlgorithmType
 from trinity_plugin_sft.config_checks import enforce_checkpoint_sync, require_offline_training
@@ -14,9 +14,9 @@ class SFTAlgorithm(AlgorithmType):
     """SFT: supervised fine-tuning on a prepared data set (negative log-likelihood, no RL).
 
     No critic, no reference model, no advantages; the ``sft`` loss; no KL and no entropy term. It trains
-    only (mode ``train``) from the data set named in ``buffer.trainer_input.experience_buffer.path`` and
-    synchronises by checkpoint; see :func:`trinity_plugin_sft.config_checks.require_offline_training`
-    for what :meth:`check_config` enforces while the core configuration lacks those fields.
+    only (``mode: train``) on the stored experiences named in ``data.experiences`` (prompt + target
+    tokens; the loss covers the response tokens); see
+    :func:`trinity_plugin_sft.config_checks.require_offline_training`.
     """
 
     use_critic = False
@@ -24,6 +24,9 @@ class SFTAlgorithm(AlgorithmType):
     compute_advantage_in_trainer = False
     can_balance_batch = True
     schema = "sft"
+    conformance_config: ClassVar[dict[str, Any]] = {"mode": "train", "data": {"experiences": "experiences"}}
+    """What every run of this preset needs besides the algorithm (a stored data set to train on): the
+    conformance kit's ``preset_validates`` adds it to the minimal config."""
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -37,10 +40,10 @@ class SFTAlgorithm(AlgorithmType):
 
     @classmethod
     def check_config(cls, config: Any) -> None:
-        """Mode must be ``train`` with an input data set; synchronisation is by checkpoint.
+        """``mode`` must be ``train`` and ``data.experiences`` set; synchronisation is by checkpoint.
 
         Raises:
-            ValueError: mode ``both``/``explore``, or mode ``train`` without the data set path.
+            ValueError: another mode (``both``), or mode ``train`` without ``data.experiences``.
         """
         require_offline_training(config, cls.name())
         enforce_checkpoint_sync(config, cls.name())
