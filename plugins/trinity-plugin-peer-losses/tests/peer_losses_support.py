@@ -9,6 +9,7 @@ import torch
 
 from trinity_core.ops import global_normalizers
 from trinity_core.testing import count_host_syncs
+from trinity_core.testing.loss_checks import grad_of
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -32,18 +33,6 @@ def loss_inputs(
         "response_mask": mask,
         "advantages": torch.randn(b, t, generator=g, dtype=torch.float64),
     }
-
-
-def grad_of(
-    fn: Any, inputs: dict[str, torch.Tensor], **extra: Any
-) -> tuple[torch.Tensor, dict, torch.Tensor]:
-    """``(loss, metrics, d loss / d log_prob)`` of ``fn(log_prob, **rest)``."""
-    lp = inputs["log_prob"].clone().requires_grad_(True)
-    rest = {k: v for k, v in inputs.items() if k != "log_prob"}
-    loss, metrics = fn(lp, **rest, **extra)
-    loss.backward()
-    assert lp.grad is not None
-    return loss.detach(), metrics, lp.grad
 
 
 def assert_nan_at_masked_positions_leaks_nowhere(fn: Any, inputs: dict[str, torch.Tensor]) -> None:
