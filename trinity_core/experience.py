@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import uuid
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,7 +41,8 @@ SUFFIX_HEX_CHARS = 16
 
 
 def _new_suffix() -> str:
-    return uuid.uuid4().hex[:SUFFIX_HEX_CHARS]
+    # os.urandom: a fraction of uuid4's cost, and fork-safe (the kernel's generator, no user-space state).
+    return os.urandom(SUFFIX_HEX_CHARS // 2).hex()
 
 
 def escape_id_component(part: int | str) -> str:
@@ -282,12 +283,14 @@ class Experience:
             return
         if self.tokens is None:
             raise ValueError("a single-turn experience needs tokens")
-        if len(self.tokens) <= self.prompt_length:
+        # shape[0] is len() without Tensor.__len__'s Python wrapper; len() keeps its error for 0-d tokens.
+        length = self.tokens.shape[0] if self.tokens.dim() else len(self.tokens)
+        if length <= self.prompt_length:
             raise ValueError(
-                f"a single-turn experience needs a response: len(tokens)={len(self.tokens)} "
+                f"a single-turn experience needs a response: len(tokens)={length} "
                 f"<= prompt_length={self.prompt_length}"
             )
-        self.action_mask = torch.ones(len(self.tokens) - self.prompt_length, dtype=torch.bool)
+        self.action_mask = torch.ones(length - self.prompt_length, dtype=torch.bool)
 
     @classmethod
     def _restore(cls, fields: dict[str, Any]) -> Experience:

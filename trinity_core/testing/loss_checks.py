@@ -55,7 +55,7 @@ def loss_inputs(
 
 def grad_of(
     fn: Any, inputs: dict[str, torch.Tensor], **extra: Any
-) -> tuple[torch.Tensor, dict, torch.Tensor]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """``(loss, metrics, d loss / d log_prob)`` of ``fn(log_prob, **rest)``."""
     lp = inputs["log_prob"].clone().requires_grad_(True)
     rest = {k: v for k, v in inputs.items() if k != "log_prob"}
@@ -116,7 +116,7 @@ def assert_micro_batch_invariant(fn: Any, inputs: dict[str, torch.Tensor]) -> No
         rest = {k: v[p] for k, v in inputs.items() if k != "log_prob"}
         loss, _ = fn(lp[p], **rest, loss_scale=scale)
         total = total + loss
-    total.backward()
+    torch.autograd.backward(total)
     torch.testing.assert_close(total.detach(), full_loss, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(lp.grad, full_grad, rtol=1e-12, atol=1e-14)
 

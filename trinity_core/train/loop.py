@@ -35,27 +35,32 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from trinity_core.batch import ExperienceBatch
+from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import make_buffer
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
-from trinity_core.experience import EID, Experience
+from trinity_core.experience import Experience
 from trinity_core.hooks import get_plugin_manager, notify_metrics, run_experience_pipeline
 from trinity_core.ops import LossScale, global_normalizers
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
+from trinity_core.train.experiences import rollout_experiences
 from trinity_core.train.model import load_policy
 from trinity_core.train.offline import StoredExperiences, load_stored_experiences
 from trinity_core.train.profile import ProgressBar, StepProfiler
 from trinity_core.train.rewards import combine_rewards
 from trinity_core.train.rollout import Rollout, generate
+from trinity_core.train.text import batch_decode
 
 __all__ = ["LaunchError", "TrainResult", "Trainer", "response_logprobs"]
+
+_PROMPT_LENGTH = attrgetter("prompt_length")
 
 
 class LaunchError(RuntimeError):
@@ -313,11 +318,16 @@ class Trainer:
                 f"step {step}: no experiences reached the buffer on rank {self.rank} (every response was "
                 "filtered); check the reward functions, trinity_process_experiences hooks and std_threshold"
             )
-        batch = ExperienceBatch.from_experiences(exps, pad_token_id=self.tokenizer.pad_token_id).to(
-            acc.device
-        )
+        # Without a trainer-side advantage the update reads only these columns (and no group index).
+        in_trainer = comps.advantage_in_trainer
+        batch = ExperienceBatch.from_experiences(
+            exps,
+            pad_token_id=self.tokenizer.pad_token_id,
+            fields=None if in_trainer else ("input_ids", "action_mask", "advantages"),
+            group_levels=GROUP_LEVELS if in_trainer else (),
+        ).to(acc.device)
         ids, P = batch.input_ids.long(), batch.max_prompt_length
-        attn = None if all(e.prompt_length == P for e in exps) else batch.attention_mask
+        attn = None if min(map(_PROMPT_LENGTH, exps)) == P else batch.attention_mask
         mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
         if self.need_old_pass:
             with prof.section("old_logprob"), torch.no_grad():
@@ -325,7 +335,7 @@ class Trainer:
         if self.ref is not None:
             with prof.section("reference"), torch.no_grad():
                 batch.extras["ref_logprobs"] = response_logprobs(self.ref, ids, attn, P, False)[0]
-        if comps.advantage_in_trainer:
+        if in_trainer:
             if comps.kl_penalty is not None:
                 old = batch.extras.get("old_logprobs")
                 if old is None:
@@ -450,30 +460,11 @@ class Trainer:
         # matches an answer).
         ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
         ids = rollout.response_ids.tolist()
-        return list(self.tokenizer.batch_decode([row[:e] for row, e in zip(ids, ends, strict=True)]))
+        return batch_decode(self.tokenizer, [row[:e] for row, e in zip(ids, ends, strict=True)])
 
     def _experiences(self, rollout: Rollout, rewards: list[float | None], step: int) -> list[Experience]:
-        G = self.group_size
         base = self.rank * self.prompts_per_rank
-        full = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1).to(torch.int32).cpu()
-        starts = (~rollout.prompt_mask).sum(1).tolist()
-        ends = (rollout.prompt_ids.shape[1] + rollout.response_lengths).tolist()
-        prompt_lengths = rollout.prompt_mask.sum(1).tolist()
-        truncated = rollout.truncated.tolist()
-        exps: list[Experience] = []
-        for i, reward in enumerate(rewards):
-            if reward is None:  # no reward function applies: not trained on, not in group statistics
-                continue
-            exps.append(
-                Experience(
-                    eid=EID(batch=step, task=base + i // G, run=i % G),
-                    tokens=full[i, starts[i] : ends[i]],
-                    prompt_length=prompt_lengths[i],
-                    reward=reward,
-                    truncate_status="response_truncated" if truncated[i] else None,
-                )
-            )
-        return exps
+        return rollout_experiences(rollout, rewards, step=step, group_size=self.group_size, task_offset=base)
 
     def _trim_buffer(self) -> None:
         # The memory buffer keeps every item it was given; an on-policy trainer has read them all.

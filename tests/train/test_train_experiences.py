@@ -1,0 +1,131 @@
+"""The column-wise experiences of a rollout and the backend batch decode of the trainer."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trinity_core.experience import EID, Experience
+from trinity_core.train.experiences import rollout_experiences
+from trinity_core.train.model import build_char_tokenizer
+from trinity_core.train.rollout import Rollout
+from trinity_core.train.text import batch_decode
+
+
+def _rollout(prompt_lengths: list[int], response_lengths: list[int], seed: int) -> Rollout:
+    gen = torch.Generator().manual_seed(seed)
+    n, width, T = len(prompt_lengths), max(prompt_lengths), max(response_lengths)
+    col = torch.arange(width)
+    prompt_mask = col >= width - torch.tensor(prompt_lengths)[:, None]
+    prompt_ids = torch.where(prompt_mask, torch.randint(3, 50, (n, width), generator=gen), 0)
+    lengths = torch.tensor(response_lengths)
+    response_mask = torch.arange(T) < lengths[:, None]
+    response_ids = torch.where(response_mask, torch.randint(3, 50, (n, T), generator=gen), 0)
+    return Rollout(prompt_ids, prompt_mask, response_ids, lengths, lengths == T)
+
+
+def _by_constructor(
+    ro: Rollout, rewards: list[float | None], step: int, G: int, base: int
+) -> list[Experience]:
+    """The reference: the constructor on each response's real tokens."""
+    out = []
+    for i, r in enumerate(rewards):
+        if r is None:
+            continue
+        p = int(ro.prompt_mask[i].sum())
+        tokens = torch.cat(
+            [ro.prompt_ids[i, ro.prompt_ids.shape[1] - p :], ro.response_ids[i, : ro.response_lengths[i]]]
+        )
+        out.append(
+            Experience(
+                eid=EID(batch=step, task=base + i // G, run=i % G),
+                tokens=tokens.to(torch.int32),
+                prompt_length=p,
+                reward=r,
+                truncate_status="response_truncated" if bool(ro.truncated[i]) else None,
+            )
+        )
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda G: st.tuples(
+            st.just(G),
+            st.lists(
+                st.tuples(st.integers(1, 6), st.integers(1, 5), st.none() | st.floats(-2, 2)),
+                min_size=G,
+                max_size=4 * G,
+            ).map(lambda rows: rows[: len(rows) // G * G]),
+        )
+    ),
+    st.integers(0, 3),
+    st.integers(0, 2**16),
+)
+def test_rollout_experiences_equal_the_constructor(
+    case: tuple[int, list[tuple[int, int, float | None]]], step: int, seed: int
+) -> None:
+    G, rows = case
+    ro = _rollout([p for p, _, _ in rows], [r for _, r, _ in rows], seed)
+    rewards = [w for _, _, w in rows]
+    got = rollout_experiences(ro, rewards, step=step, group_size=G, task_offset=5)
+    want = _by_constructor(ro, rewards, step, G, 5)
+    assert len(got) == len(want) == sum(w is not None for w in rewards)
+    for a, b in zip(got, want, strict=True):
+        for f in dataclasses.fields(Experience):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            if f.name == "eid":
+                assert (x.batch, x.task, x.run, x.step) == (y.batch, y.task, y.run, y.step)
+                assert len(x.suffix) == 16
+                int(x.suffix, 16)  # hex digits, else ValueError
+            elif isinstance(y, torch.Tensor):
+                assert x.dtype == y.dtype, f.name
+                assert torch.equal(x, y), f.name
+            else:
+                assert x == y, f.name
+    assert len({e.eid.uid for e in got}) == len(got)
+
+
+def test_rollout_experiences_share_no_element() -> None:
+    ro = _rollout([3, 2, 3, 1], [2, 4, 1, 3], seed=0)
+    exps = rollout_experiences(ro, [1.0, 0.0, 1.0, 0.0], step=0, group_size=2)
+    for name in ("tokens", "action_mask"):
+        for i, e in enumerate(exps):
+            before = [getattr(o, name).clone() for o in exps]
+            getattr(e, name).fill_(0 if name == "tokens" else False)
+            for j, o in enumerate(exps):
+                if j != i:
+                    assert torch.equal(getattr(o, name), before[j]), (name, i, j)
+    assert all(e.info == {} and e.metrics == {} for e in exps)
+    assert exps[0].info is not exps[1].info
+
+
+def test_rollout_experiences_report_an_empty_prompt() -> None:
+    ro = _rollout([2, 2], [1, 1], seed=0)
+    ro.prompt_mask[1] = False
+    with pytest.raises(ValueError, match="prompt_length > 0"):
+        rollout_experiences(ro, [1.0, 1.0], step=0, group_size=2)
+
+
+def test_rollout_experiences_check_the_reward_count() -> None:
+    with pytest.raises(ValueError, match="3 rewards for a rollout of 2"):
+        rollout_experiences(_rollout([1, 1], [1, 1], 0), [1.0, 1.0, 1.0], step=0, group_size=1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 14), max_size=9), min_size=1, max_size=20))
+def test_batch_decode_matches_the_tokenizer(rows: list[list[int]]) -> None:
+    tok = build_char_tokenizer("0123456789+=ab")
+    assert batch_decode(tok, rows) == tok.batch_decode(rows)
+
+
+def test_batch_decode_falls_back_when_spaces_are_cleaned_up() -> None:
+    tok = build_char_tokenizer("ab ,")
+    tok.clean_up_tokenization_spaces = True
+    rows = [tok.encode("a , b", add_special_tokens=False)]
+    assert batch_decode(tok, rows) == tok.batch_decode(rows) == ["a, b"]
