@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 __all__ = ["cmd_train", "register"]
@@ -59,8 +60,8 @@ def cmd_train(ns: argparse.Namespace) -> int:
     except (RunDirError, ModelLoadError, LaunchError, CheckpointError) as exc:
         print(f"trinity train: error: {exc}", file=sys.stderr)
         return 1
-    if result is None:
-        return 0
+    if result is None or int(os.environ.get("RANK", "0")) != 0:
+        return 0  # under a multi-process launcher only rank 0 prints the summary
     lines = [f"trained {result.steps} steps in {result.wall_seconds:.1f} s"]
     if result.reward_curve:
         curve = "  ".join(f"{step}:{reward:.2f}" for step, reward in result.reward_curve)
