@@ -624,3 +624,14 @@ def test_trainer_advantage_computes_on_the_batch_and_masks_outside_the_response(
     assert batch.advantages.tolist() == [[2.0, 2.0, 2.0], [-1.0, 0.0, 0.0]]
     assert batch.returns.tolist() == batch.advantages.tolist()
     assert float(metrics["score_mean"]) == 0.5
+
+
+def test_summarize_masked_metric_uses_only_the_selected_values() -> None:
+    from trinity_core.components import summarize_masked_metric
+
+    values = torch.tensor([1.0, 5.0, float("nan"), -2.0])
+    mask = torch.tensor([True, False, False, True])
+    out = summarize_masked_metric(values, mask, "r", "g")
+    assert {k: float(v) for k, v in out.items()} == {"g/r/mean": -0.5, "g/r/max": 1.0, "g/r/min": -2.0}
+    none = summarize_masked_metric(values, torch.zeros(4, dtype=torch.bool), "r", "g")
+    assert {float(v) for v in none.values()} == {0.0}

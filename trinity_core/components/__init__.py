@@ -32,6 +32,7 @@ from trinity_core.components.base import (
     Metrics,
     aggregate_metrics,
     materialize_metrics,
+    summarize_masked_metric,
     summarize_metric,
 )
 from trinity_core.components.entropy import EntropyLossFn
@@ -74,6 +75,7 @@ __all__ = [
     "TrainerAdvantage",
     "aggregate_metrics",
     "materialize_metrics",
+    "summarize_masked_metric",
     "summarize_metric",
     "write_advantages",
 ]

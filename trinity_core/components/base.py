@@ -32,6 +32,7 @@ __all__ = [
     "Metrics",
     "aggregate_metrics",
     "materialize_metrics",
+    "summarize_masked_metric",
     "summarize_metric",
 ]
 
@@ -230,6 +231,25 @@ def summarize_metric(values: Tensor, name: str, prefix: str) -> dict[str, Tensor
         f"{prefix}/{name}/mean": v.mean(),
         f"{prefix}/{name}/max": v.max(),
         f"{prefix}/{name}/min": v.min(),
+    }
+
+
+def summarize_masked_metric(values: Tensor, mask: Tensor, name: str, prefix: str) -> dict[str, Tensor]:
+    """``{prefix}/{name}/mean``, ``/max`` and ``/min`` of ``values[mask]`` as 0-d float64 tensors.
+
+    Like :func:`summarize_metric` over the selected entries only (e.g. groups with at least two members),
+    computed with ``torch.where`` rather than boolean indexing so nothing waits on a host read; every
+    value is 0 when nothing is selected.
+    """
+    v = values.detach().to(torch.float64)
+    n = mask.sum()
+    total = torch.where(mask, v, 0.0).sum()
+    if v.numel() == 0:
+        return {f"{prefix}/{name}/{agg}": total for agg in ("mean", "max", "min")}
+    return {
+        f"{prefix}/{name}/mean": total / n.clamp_min(1).to(torch.float64),
+        f"{prefix}/{name}/max": torch.where(n > 0, torch.where(mask, v, -torch.inf).amax(), 0.0),
+        f"{prefix}/{name}/min": torch.where(n > 0, torch.where(mask, v, torch.inf).amin(), 0.0),
     }
 
 

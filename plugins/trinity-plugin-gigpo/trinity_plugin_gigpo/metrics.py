@@ -15,23 +15,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from trinity_core.components import summarize_masked_metric
+
 __all__ = ["PREFIX", "gigpo_metrics", "masked_summary"]
 
 PREFIX = "gigpo"
 
 
 def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
-    """``{prefix}/{name}/mean|max|min`` of the selected ``values`` as 0-d float64; 0 when none is selected."""
-    v = values.detach().to(torch.float64)
-    n = mask.sum()
-    total = torch.where(mask, v, 0.0).sum()
-    if v.numel() == 0:
-        return {f"{prefix}/{name}/{agg}": total for agg in ("mean", "max", "min")}
-    return {
-        f"{prefix}/{name}/mean": total / n.clamp_min(1).to(torch.float64),
-        f"{prefix}/{name}/max": torch.where(n > 0, torch.where(mask, v, -torch.inf).amax(), 0.0),
-        f"{prefix}/{name}/min": torch.where(n > 0, torch.where(mask, v, torch.inf).amin(), 0.0),
-    }
+    """:func:`~trinity_core.components.summarize_masked_metric` under this plugin's metric prefix."""
+    return summarize_masked_metric(values, mask, name, prefix)
 
 
 def gigpo_metrics(

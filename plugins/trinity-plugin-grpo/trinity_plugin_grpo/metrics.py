@@ -17,27 +17,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from trinity_core.components import summarize_masked_metric
+
 __all__ = ["PREFIX", "grpo_metrics", "masked_summary"]
 
 PREFIX = "group_advantages"
 
 
 def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
-    """``{prefix}/{name}/mean|max|min`` of ``values[mask]`` as 0-d float64 tensors; 0 when none is selected.
-
-    Uses ``torch.where`` instead of boolean indexing, so the result never depends on a host read.
-    """
-    v = values.detach().to(torch.float64)
-    n = mask.sum()
-    any_selected = n > 0
-    total = torch.where(mask, v, 0.0).sum()
-    high = torch.where(mask, v, -torch.inf).amax() if v.numel() else total
-    low = torch.where(mask, v, torch.inf).amin() if v.numel() else total
-    return {
-        f"{prefix}/{name}/mean": total / n.clamp_min(1).to(torch.float64),
-        f"{prefix}/{name}/max": torch.where(any_selected, high, 0.0),
-        f"{prefix}/{name}/min": torch.where(any_selected, low, 0.0),
-    }
+    """:func:`~trinity_core.components.summarize_masked_metric` under this plugin's metric prefix."""
+    return summarize_masked_metric(values, mask, name, prefix)
 
 
 def grpo_metrics(
