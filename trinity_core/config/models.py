@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trinity_core.components import LossAggMode  # one definition, shared with the loss components
+
 __all__ = [
     "COMPONENT_KEYS",
     "RUN_MODES",
@@ -28,9 +30,6 @@ __all__ = [
     "TasksConfig",
     "TrainerConfig",
 ]
-
-LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-"""How a token-level loss is reduced to a scalar (see ``aggregate_loss``)."""
 
 COMPONENT_KEYS: dict[str, str] = {
     "advantage_fn": "advantage_fn",
