@@ -193,3 +193,21 @@ def test_disk_keeps_advantage_views_written_by_group_computations(tmp_path):
     for src, dst in zip(items, got, strict=True):
         torch.testing.assert_close(dst.advantages, src.advantages)
         torch.testing.assert_close(dst.returns, src.returns)
+
+
+def test_memory_reader_discards_what_it_has_read() -> None:
+    writer, reader = make_buffer("memory")
+    items = exps(0, 3)
+
+    async def cycle() -> tuple[list[Experience], list[Experience]]:
+        await writer.write(items[:2])
+        first = await reader.read()
+        assert reader.discard_read() == 2
+        await writer.write(items[2:])
+        return first, await reader.read()
+
+    first, second = asyncio.run(cycle())
+    assert first == items[:2]
+    assert second == items[2:]
+    assert reader.state_dict() == {"current_index": 1}
+    assert len(reader.storage.items) == 1

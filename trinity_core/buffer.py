@@ -196,6 +196,18 @@ class MemoryReader(BufferReader):
         self.current_index = end
         return out
 
+    def discard_read(self) -> int:
+        """Drop the items already read from the storage and restart the cursor at 0; return how many.
+
+        The memory storage keeps every item it was given; a single on-policy consumer, which never
+        reads an item twice, calls this after each read to keep memory flat. Do not use it when other
+        readers share the storage.
+        """
+        dropped = self.current_index
+        del self.storage.items[:dropped]
+        self.current_index = 0
+        return dropped
+
     def state_dict(self) -> dict[str, Any]:
         """``{"current_index": items read so far}``."""
         return {"current_index": self.current_index}

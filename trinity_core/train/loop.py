@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
-from trinity_core.buffer import make_buffer
+from trinity_core.buffer import MemoryReader, make_buffer
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.hooks import get_plugin_manager, notify_metrics, run_experience_pipeline
@@ -468,10 +468,8 @@ class Trainer:
 
     def _trim_buffer(self) -> None:
         # The memory buffer keeps every item it was given; an on-policy trainer has read them all.
-        storage = getattr(self.reader, "storage", None)
-        if storage is not None and len(self.reader) == 0:
-            storage.items.clear()
-            self.reader.current_index = 0  # type: ignore[attr-defined]
+        if isinstance(self.reader, MemoryReader) and len(self.reader) == 0:
+            self.reader.discard_read()
 
     def backward_minibatch(
         self, ids: Tensor, attn: Tensor | None, P: int, columns: dict[str, Tensor], rows: Tensor
