@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, gt, sub
 from typing import Any, Literal
@@ -32,6 +32,7 @@ __all__ = [
     "GROUP_LEVELS",
     "ExperienceBatch",
     "GroupLevel",
+    "LazyExperiences",
     "gather_action_masks",
     "gather_attention_masks",
     "gather_multi_modal_inputs",
@@ -389,6 +390,69 @@ def _check_fields(
     return wanted
 
 
+class LazyExperiences(Sequence[Experience]):
+    """The experiences of a batch that was built from columns, created on first access.
+
+    A producer that already has its data as columns (the trainer's rollout) builds the
+    :class:`ExperienceBatch` directly and gives it a ``LazyExperiences`` as ``experiences``: the
+    :class:`~trinity_core.experience.Experience` objects are made only when someone reads them (index,
+    iterate, slice), once, by ``make(batch)``, with their tensor fields as views of the batch's columns
+    at that moment (as :meth:`ExperienceBatch.write_back` makes them). ``len()`` and
+    :meth:`ExperienceBatch.source_rewards` never create them, so a consumer of columns only pays for
+    columns.
+
+    Args:
+        count: the number of experiences (rows of the batch).
+        make: builds the experiences from the batch (called at most once).
+        rewards: the rewards the experiences will hold (Python values, as given to the producer).
+    """
+
+    def __init__(
+        self,
+        count: int,
+        make: Callable[[ExperienceBatch], list[Experience]],
+        rewards: Sequence[float | None],
+    ) -> None:
+        self._count = count
+        self._make = make
+        self.rewards = list(rewards)
+        self.batch: ExperienceBatch | None = None
+        self._items: list[Experience] | None = None
+
+    def attach(self, batch: ExperienceBatch) -> None:
+        """Bind the batch whose columns the experiences will view (the producer calls this once)."""
+        self.batch = batch
+
+    @property
+    def materialized(self) -> bool:
+        """True once the experiences exist."""
+        return self._items is not None
+
+    def materialize(self) -> list[Experience]:
+        """The experiences (made now if they do not exist yet)."""
+        if self._items is None:
+            if self.batch is None:
+                raise RuntimeError("LazyExperiences: no batch attached; the producer must call attach()")
+            items = self._make(self.batch)
+            if len(items) != self._count:
+                raise RuntimeError(f"LazyExperiences: made {len(items)} experiences, expected {self._count}")
+            self._items = items
+        return self._items
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.materialize()[index]
+
+    def __iter__(self) -> Iterator[Experience]:
+        return iter(self.materialize())
+
+    def __repr__(self) -> str:
+        state = "made" if self.materialized else "not made yet"
+        return f"LazyExperiences({self._count} experiences, {state})"
+
+
 @dataclass(eq=False)
 class ExperienceBatch:
     """A list of experiences as columns: ``N`` experiences, prompts padded to ``P``, responses to ``R``.
@@ -412,7 +476,9 @@ class ExperienceBatch:
       per experience.
 
     ``experiences`` keeps the source list: :meth:`write_back` and :meth:`to_experiences` use it. DPO
-    pairs are not accepted (split them with ``split_dpo_experience_to_single_turn`` first).
+    pairs are not accepted (split them with ``split_dpo_experience_to_single_turn`` first). A batch
+    built straight from columns holds a :class:`LazyExperiences` there instead, whose experiences are
+    made on first access.
     """
 
     input_ids: Tensor
@@ -425,7 +491,7 @@ class ExperienceBatch:
     has_reward: Tensor
     group_index: dict[str, Tensor]
     group_keys: dict[str, list[str]]
-    experiences: list[Experience]
+    experiences: Sequence[Experience]
     action_mask: Tensor | None = None
     logprobs: Tensor | None = None
     advantages: Tensor | None = None
@@ -507,6 +573,17 @@ class ExperienceBatch:
 
     def __len__(self) -> int:
         return len(self.experiences)
+
+    def source_rewards(self) -> list[float | None]:
+        """Each experience's ``reward`` as the experience holds it (a Python value, None when unset).
+
+        Reads the values a :class:`LazyExperiences` was given rather than making its experiences, so
+        components can validate rewards on the host without a device sync or per-experience objects.
+        """
+        source = self.experiences
+        if isinstance(source, LazyExperiences) and not source.materialized:
+            return list(source.rewards)
+        return list(map(_REWARD, source))
 
     @property
     def num_groups(self) -> dict[str, int]:

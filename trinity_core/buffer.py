@@ -1,15 +1,17 @@
 """Experience buffers: where add strategies write and trainers read (reference section 9).
 
 * :class:`BufferWriter`: ``async write(data)``, ``async acquire()``, ``async release()`` (reference
-  counting of writers; a released writer refuses further writes).
+  counting of writers; a released writer refuses further writes); ``async write_batch(batch)`` for an
+  :class:`~trinity_core.batch.ExperienceBatch`.
 * :class:`BufferReader`: ``async read(batch_size=None)``, ``len()``, ``state_dict()`` /
   ``load_state_dict()`` (the read cursor, saved with checkpoints so a resumed run continues where it
-  stopped).
+  stopped); ``async read_batch(...)`` returns the read experiences as an ``ExperienceBatch``.
 
 Built-in buffers, made with :func:`make_buffer`:
 
 * ``"memory"``: a FIFO list shared by a writer and a reader in one process. It keeps every item, so a
-  restored cursor can re-read; use it for tests and short runs.
+  restored cursor can re-read; use it for tests and short runs. A batch written with ``write_batch``
+  and read back whole with ``read_batch`` travels as columns: its experiences are never made.
 * ``"disk"``: a directory of numbered files ``000000000000.trxp``, one per write, in the pickle-free
   wire format of :mod:`trinity_core.codec`. A write goes to a temporary file first, then is moved into
   place atomically under the next free number, so a reader (in any process) only ever sees complete
@@ -26,10 +28,11 @@ import re
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from trinity_core.batch import GROUP_LEVELS, ExperienceBatch, GroupLevel, LazyExperiences
 from trinity_core.experience import Experience
 
 __all__ = [
@@ -80,6 +83,10 @@ class BufferWriter(ABC):
         """True once every user released the writer."""
         return self._closed
 
+    async def write_batch(self, batch: ExperienceBatch) -> None:
+        """Append the experiences of ``batch`` as one unit (buffers that can store columns override it)."""
+        await self.write(list(batch.experiences))
+
     def _on_close(self) -> None:  # noqa: B027  (an optional hook, not an abstract method)
         """Hook for subclasses, called once when the last user releases the writer."""
 
@@ -104,6 +111,27 @@ class BufferReader(ABC):
         receive no more (its writers closed) the rest is returned, possibly fewer.
         """
 
+    async def read_batch(
+        self,
+        batch_size: int | None = None,
+        timeout: float | None = None,
+        *,
+        pad_token_id: int = 0,
+        fields: Collection[str] | None = None,
+        group_levels: Collection[GroupLevel] = GROUP_LEVELS,
+    ) -> ExperienceBatch:
+        """Read as :meth:`read` does and return the experiences as an :class:`ExperienceBatch`.
+
+        ``pad_token_id``, ``fields`` and ``group_levels`` are passed to
+        :meth:`ExperienceBatch.from_experiences` (the batch may hold more columns than ``fields`` asks
+        for). Buffers that can hand out stored columns directly override this.
+        """
+        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        items = await self.read(batch_size, **kwargs)
+        return ExperienceBatch.from_experiences(
+            items, pad_token_id=pad_token_id, fields=fields, group_levels=group_levels
+        )
+
     @abstractmethod
     def __len__(self) -> int:
         """Number of experiences written and not yet read."""
@@ -123,12 +151,49 @@ def _check_batch_size(batch_size: int | None, where: str) -> None:
 
 
 class MemoryStorage:
-    """The shared FIFO behind a memory writer/reader pair."""
+    """The shared FIFO behind a memory writer/reader pair.
+
+    Each write is kept as one chunk, as given: a list of experiences, or the :class:`LazyExperiences`
+    of a batch written with :meth:`MemoryWriter.write_batch` (its experiences are not made unless a
+    reader asks for experience objects).
+    """
 
     def __init__(self) -> None:
-        self.items: list[Experience] = []
+        self.chunks: list[Sequence[Experience]] = []
+        self.size = 0
         self.closed = False
         self._waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def items(self) -> list[Experience]:
+        """Every stored experience, in write order (makes the experiences of lazily built chunks)."""
+        return [exp for chunk in self.chunks for exp in chunk]
+
+    def append(self, chunk: Sequence[Experience]) -> None:
+        """Store one write."""
+        if len(chunk):
+            self.chunks.append(chunk)
+            self.size += len(chunk)
+
+    def span(self, start: int, end: int) -> list[Sequence[Experience]]:
+        """The stored experiences ``start:end`` as pieces of chunks (whole chunks are returned as is)."""
+        pieces: list[Sequence[Experience]] = []
+        position = 0
+        for chunk in self.chunks:  # one entry per write; a consumer that discards keeps this short
+            n = len(chunk)
+            low, high = max(start - position, 0), min(end - position, n)
+            if low < high:
+                pieces.append(chunk if low == 0 and high == n else chunk[low:high])
+            position += n
+            if position >= end:
+                break
+        return pieces
+
+    def drop_front(self, count: int) -> None:
+        """Forget the first ``count`` experiences."""
+        kept = self.span(count, self.size)
+        self.chunks = kept
+        self.size -= count
 
     def notify(self) -> None:
         """Wake readers waiting for items."""
@@ -156,7 +221,14 @@ class MemoryWriter(BufferWriter):
     async def write(self, data: list[Experience]) -> None:
         """Append ``data`` (the list is copied; the experiences are not)."""
         self._check_open(data)
-        self.storage.items.extend(data)
+        self.storage.append(list(data))
+        self.storage.notify()
+
+    async def write_batch(self, batch: ExperienceBatch) -> None:
+        """Append the experiences of ``batch``; a lazily built batch is stored without making them."""
+        self._check_open([])
+        source = batch.experiences
+        self.storage.append(source if isinstance(source, LazyExperiences) else list(source))
         self.storage.notify()
 
     def _on_close(self) -> None:
@@ -172,29 +244,64 @@ class MemoryReader(BufferReader):
         self.current_index = 0
 
     def __len__(self) -> int:
-        return len(self.storage.items) - self.current_index
+        return self.storage.size - self.current_index
 
-    async def read(
-        self, batch_size: int | None = None, timeout: float | None = None, **kwargs: Any
-    ) -> list[Experience]:
-        """See :meth:`BufferReader.read`; ``timeout`` (seconds) raises ``TimeoutError`` when exceeded."""
-        _check_batch_size(batch_size, "MemoryReader.read")
+    async def _wait_for(self, batch_size: int | None, timeout: float | None, where: str) -> int:
+        """Wait as :meth:`read` does; return the end of the range to read."""
+        _check_batch_size(batch_size, where)
         deadline = None if timeout is None else time.monotonic() + timeout
         while batch_size is not None and len(self) < batch_size and not self.storage.closed:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(
-                    f"MemoryReader.read: {len(self)} of {batch_size} experiences available after {timeout}s"
+                    f"{where}: {len(self)} of {batch_size} experiences available after {timeout}s"
                 )
             await self.storage.wait(remaining)
-        end = (
-            len(self.storage.items)
-            if batch_size is None
-            else min(self.current_index + batch_size, len(self.storage.items))
-        )
-        out = self.storage.items[self.current_index : end]
+        size = self.storage.size
+        return size if batch_size is None else min(self.current_index + batch_size, size)
+
+    async def read(
+        self, batch_size: int | None = None, timeout: float | None = None, **kwargs: Any
+    ) -> list[Experience]:
+        """See :meth:`BufferReader.read`; ``timeout`` (seconds) raises ``TimeoutError`` when exceeded."""
+        end = await self._wait_for(batch_size, timeout, "MemoryReader.read")
+        out: list[Experience] = []
+        for piece in self.storage.span(self.current_index, end):
+            out.extend(piece)
         self.current_index = end
         return out
+
+    async def read_batch(
+        self,
+        batch_size: int | None = None,
+        timeout: float | None = None,
+        *,
+        pad_token_id: int = 0,
+        fields: Collection[str] | None = None,
+        group_levels: Collection[GroupLevel] = GROUP_LEVELS,
+    ) -> ExperienceBatch:
+        """See :meth:`BufferReader.read_batch`. When the range read is exactly one batch written with
+        :meth:`MemoryWriter.write_batch` whose experiences were never made, that batch is returned as
+        is (it holds every column its experiences would have, and at least the requested group levels
+        and padding), so the trainer's batch costs nothing."""
+        end = await self._wait_for(batch_size, timeout, "MemoryReader.read_batch")
+        pieces = self.storage.span(self.current_index, end)
+        if len(pieces) == 1 and isinstance(pieces[0], LazyExperiences) and not pieces[0].materialized:
+            batch = pieces[0].batch
+            if (
+                batch is not None
+                and batch.pad_token_id == pad_token_id
+                and set(group_levels) <= set(batch.group_index)
+            ):
+                self.current_index = end
+                return batch
+        out: list[Experience] = []
+        for piece in pieces:
+            out.extend(piece)
+        self.current_index = end
+        return ExperienceBatch.from_experiences(
+            out, pad_token_id=pad_token_id, fields=fields, group_levels=group_levels
+        )
 
     def discard_read(self) -> int:
         """Drop the items already read from the storage and restart the cursor at 0; return how many.
@@ -204,7 +311,7 @@ class MemoryReader(BufferReader):
         readers share the storage.
         """
         dropped = self.current_index
-        del self.storage.items[:dropped]
+        self.storage.drop_front(dropped)
         self.current_index = 0
         return dropped
 
@@ -215,10 +322,10 @@ class MemoryReader(BufferReader):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the cursor; it may not point past the items written."""
         index = int(state["current_index"])
-        if not 0 <= index <= len(self.storage.items):
+        if not 0 <= index <= self.storage.size:
             raise ValueError(
                 f"MemoryReader.load_state_dict: current_index {index} is outside "
-                f"0..{len(self.storage.items)} (the buffer holds fewer items than the saved state had read)"
+                f"0..{self.storage.size} (the buffer holds fewer items than the saved state had read)"
             )
         self.current_index = index
 

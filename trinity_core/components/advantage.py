@@ -198,6 +198,23 @@ class GroupComputation(ABC):
         """The ``group_index`` levels :meth:`process_batch` reads (default: all three)."""
         return ("task", "run", "step")
 
+    def columnar_equivalent(self) -> bool:
+        """Whether :meth:`process` on a list is exactly :meth:`process_batch` on its batch.
+
+        True when the class implements :meth:`process_batch` and keeps the base :meth:`process` and
+        :meth:`process_vectorized`: the result is then ``process_batch``'s advantages written into the
+        experiences (masked by each ``action_mask``, returns equal), in group order, filtered by
+        ``keep``. A caller that already holds the columns (the trainer) may then compute on them and
+        never build the list. Subclasses that override ``process_vectorized`` may return True when
+        their override changes nothing for the current arguments.
+        """
+        cls = type(self)
+        return (
+            self.supports_batch
+            and cls.process is GroupComputation.process
+            and cls.process_vectorized is GroupComputation.process_vectorized
+        )
+
     def process(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
         """Compute advantages for all ``exps``; vectorized when ``supports_batch``, else per group.
 

@@ -14,19 +14,37 @@ a few per-step tensors instead of being made per experience:
 * EID suffixes are 16 hex digits each of one ``os.urandom`` call (64 fresh random bits per experience).
 
 Responses without a reward (``None``: no reward function applies) get no experience.
+
+:func:`rollout_batch` builds the same experiences as an :class:`~trinity_core.batch.ExperienceBatch`
+straight from the rollout's columns, for a step whose every stage reads columns: the ``Experience``
+objects (equal to the ones above, tensors as views of the batch) are made only if something asks for them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
+from torch import Tensor
 
-from trinity_core.experience import EID, SUFFIX_HEX_CHARS, Experience, experience_field_names
+from trinity_core.batch import (
+    BATCH_RESPONSE_FIELDS,
+    GROUP_LEVELS,
+    ExperienceBatch,
+    GroupLevel,
+    LazyExperiences,
+)
+from trinity_core.experience import (
+    EID,
+    SUFFIX_HEX_CHARS,
+    Experience,
+    escape_id_component,
+    experience_field_names,
+)
 from trinity_core.train.rollout import Rollout
 
-__all__ = ["rollout_experiences"]
+__all__ = ["rollout_batch", "rollout_experiences"]
 
 _TEMPLATE: dict[str, object] = {
     **dict.fromkeys(experience_field_names()),
@@ -116,3 +134,137 @@ def _constructed(
         )
         for i in keep
     ]
+
+
+def rollout_batch(
+    rollout: Rollout,
+    rewards: Sequence[float | None],
+    *,
+    step: int,
+    group_size: int,
+    task_offset: int = 0,
+    pad_token_id: int = 0,
+    group_levels: Collection[GroupLevel] = GROUP_LEVELS,
+) -> ExperienceBatch:
+    """The experiences of :func:`rollout_experiences` as an ``ExperienceBatch``, built from the columns.
+
+    The batch equals ``ExperienceBatch.from_experiences(rollout_experiences(...), pad_token_id=...,
+    group_levels=...)`` (``input_ids`` int32, ``action_mask`` over each response), but nothing is made
+    per experience: its ``experiences`` is a :class:`~trinity_core.batch.LazyExperiences` that makes them
+    on first access, with every tensor field a view of the batch and the rewards, truncation statuses
+    and EIDs (fresh suffixes) of :func:`rollout_experiences`.
+    """
+    n = rollout.response_ids.shape[0]
+    if len(rewards) != n:
+        raise ValueError(f"rollout_batch: {len(rewards)} rewards for a rollout of {n} responses")
+    keep = [i for i, r in enumerate(rewards) if r is not None]
+    prompt_mask, response_ids = rollout.prompt_mask.cpu(), rollout.response_ids.cpu()
+    prompt_ids, response_lengths = rollout.prompt_ids.cpu(), rollout.response_lengths.cpu()
+    truncated = rollout.truncated.cpu()
+    if len(keep) < n:
+        rows = torch.tensor(keep, dtype=torch.int64)
+        prompt_mask, prompt_ids, response_ids = prompt_mask[rows], prompt_ids[rows], response_ids[rows]
+        response_lengths, truncated = response_lengths[rows], truncated[rows]
+    prompt_lengths = prompt_mask.sum(1)
+    width = prompt_ids.shape[1]
+    right_aligned = torch.equal(prompt_mask, torch.arange(width) >= (width - prompt_lengths)[:, None])
+    if not keep or not right_aligned or int(prompt_lengths.min()) <= 0 or int(response_lengths.min()) <= 0:
+        # Nothing kept, a prompt not left-padded, or an empty prompt / response (an error the
+        # constructor reports): the per-experience path.
+        exps = rollout_experiences(
+            rollout, rewards, step=step, group_size=group_size, task_offset=task_offset
+        )
+        return ExperienceBatch.from_experiences(exps, pad_token_id=pad_token_id, group_levels=group_levels)
+    P, R = int(prompt_lengths.max()), int(response_lengths.max())
+    response_mask = torch.arange(R) < response_lengths[:, None]
+    input_ids = torch.cat([prompt_ids[:, width - P :], response_ids[:, :R]], dim=1).to(torch.int32)
+    input_ids.masked_fill_(~torch.cat([prompt_mask[:, width - P :], response_mask], dim=1), pad_token_id)
+    p_list, r_list = prompt_lengths.tolist(), response_lengths.tolist()
+    kept_rewards = [rewards[i] for i in keep]
+    statuses = ["response_truncated" if t else None for t in truncated.tolist()]
+    tasks = [task_offset + i // group_size for i in keep]
+    runs = [i % group_size for i in keep]
+    index, keys = _rollout_groups(tasks, runs, step, group_levels)
+
+    def make(batch: ExperienceBatch) -> list[Experience]:
+        return _materialize(batch, step, tasks, runs, kept_rewards, statuses)
+
+    lazy = LazyExperiences(len(keep), make, kept_rewards)
+    batch = ExperienceBatch(
+        input_ids=input_ids,
+        prompt_lengths=prompt_lengths,
+        response_lengths=response_lengths.to(torch.int64),
+        max_prompt_length=P,
+        max_response_length=R,
+        pad_token_id=pad_token_id,
+        rewards=torch.tensor(kept_rewards, dtype=torch.float64),
+        has_reward=torch.ones(len(keep), dtype=torch.bool),
+        group_index=index,
+        group_keys=keys,
+        experiences=lazy,
+        action_mask=response_mask,
+        _lengths=[(p, p + r) for p, r in zip(p_list, r_list, strict=True)],
+    )
+    lazy.attach(batch)
+    return batch
+
+
+def _rollout_groups(
+    tasks: list[int], runs: list[int], step: int, levels: Collection[GroupLevel]
+) -> tuple[dict[str, Tensor], dict[str, list[str]]]:
+    """``group_index`` / ``group_keys`` of EIDs ``(batch=step, task, run, step=0)`` in rollout order.
+
+    Tasks are non-decreasing in rollout order and runs distinct within a task, so a task group is a
+    run of equal tasks, every experience is its own run group, and step groups are the task groups.
+    """
+    task_t = torch.tensor(tasks, dtype=torch.int64)
+    unique_tasks, task_index = torch.unique_consecutive(task_t, return_inverse=True)
+    tids = [EID(batch=step, task=t, suffix="").tid for t in unique_tasks.tolist()]
+    index: dict[str, Tensor] = {}
+    keys: dict[str, list[str]] = {}
+    if "task" in levels:
+        index["task"], keys["task"] = task_index, tids
+    if "run" in levels:
+        index["run"] = torch.arange(len(tasks), dtype=torch.int64)
+        codes = task_index.tolist()
+        keys["run"] = [f"{tids[c]}/{escape_id_component(r)}" for c, r in zip(codes, runs, strict=True)]
+    if "step" in levels:
+        index["step"], keys["step"] = task_index.clone(), [f"{tid}/{escape_id_component(0)}" for tid in tids]
+    return index, keys
+
+
+def _materialize(
+    batch: ExperienceBatch,
+    step: int,
+    tasks: list[int],
+    runs: list[int],
+    rewards: list[float | None],
+    statuses: list[str | None],
+) -> list[Experience]:
+    """The experiences of a :func:`rollout_batch`: tokens and response fields as views of the batch."""
+    P = batch.max_prompt_length
+    width = SUFFIX_HEX_CHARS
+    hexes = os.urandom(len(tasks) * width // 2).hex()
+    restore, template = Experience._restore, _TEMPLATE
+    out: list[Experience] = []
+    rows = batch.input_ids.unbind(0)
+    for k, (p, total) in enumerate(batch._lengths):
+        out.append(
+            restore(
+                {
+                    **template,
+                    "eid": EID(step, tasks[k], runs[k], 0, hexes[k * width : (k + 1) * width]),
+                    "tokens": rows[k][P - p : P - p + total],
+                    "prompt_length": p,
+                    "reward": rewards[k],
+                    "truncate_status": statuses[k],
+                    "info": {},
+                    "metrics": {},
+                    "custom_fields": [],
+                }
+            )
+        )
+    for name in BATCH_RESPONSE_FIELDS:
+        if getattr(batch, name) is not None:
+            batch.write_back(name, out)
+    return out

@@ -35,22 +35,23 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import MemoryReader, make_buffer
+from trinity_core.components import GroupAdvantage, Metrics
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.hooks import get_plugin_manager, notify_metrics, run_experience_pipeline
 from trinity_core.ops import LossScale, global_normalizers
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
-from trinity_core.train.experiences import rollout_experiences
+from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
+from trinity_core.train.experiences import rollout_batch, rollout_experiences
 from trinity_core.train.model import load_policy
 from trinity_core.train.offline import StoredExperiences, load_stored_experiences
 from trinity_core.train.profile import ProgressBar, StepProfiler
@@ -59,8 +60,6 @@ from trinity_core.train.rollout import Rollout, generate
 from trinity_core.train.text import batch_decode
 
 __all__ = ["LaunchError", "TrainResult", "Trainer", "response_logprobs"]
-
-_PROMPT_LENGTH = attrgetter("prompt_length")
 
 
 class LaunchError(RuntimeError):
@@ -299,35 +298,62 @@ class Trainer:
 
         # 3. Experiences with EIDs (batch = step, task = global prompt index, run = response index),
         #    the pluggy stage, then the preset's add strategy or pipeline advantage fn into the buffer.
-        exps = self._experiences(rollout, rewards, step)
-        exps = run_experience_pipeline(self.pm, exps, step)
-        if comps.add_strategy is not None:
-            _, adv_metrics = self.event_loop.run_until_complete(comps.add_strategy.add(exps, step))
-        elif comps.advantage is not None and not comps.advantage_in_trainer:
-            exps, adv_metrics = comps.advantage(exps)
-            self.event_loop.run_until_complete(self.writer.write(exps))
+        #    When every stage reads columns, the experiences travel as one columnar batch and are
+        #    never made one by one (trinity_core.train.columnar).
+        in_trainer = comps.advantage_in_trainer
+        levels = GROUP_LEVELS if in_trainer else ()
+        base = self.rank * self.prompts_per_rank
+        adv_metrics: Metrics = {}
+        columnar = columnar_levels(comps, self.pm)
+        if columnar is not None:
+            built = rollout_batch(
+                rollout,
+                rewards,
+                step=step,
+                group_size=G,
+                task_offset=base,
+                pad_token_id=self.tokenizer.pad_token_id,
+                group_levels=columnar,
+            )
+            if in_trainer:
+                written: ExperienceBatch | list[Experience] = built
+            else:
+                written, adv_metrics = pipeline_advantage_on_batch(
+                    cast(GroupAdvantage, comps.advantage), built
+                )
+            if isinstance(written, ExperienceBatch):
+                self.event_loop.run_until_complete(self.writer.write_batch(written))
+            else:
+                self.event_loop.run_until_complete(self.writer.write(written))
         else:
-            adv_metrics = {}
-            self.event_loop.run_until_complete(self.writer.write(exps))
+            exps = rollout_experiences(rollout, rewards, step=step, group_size=G, task_offset=base)
+            exps = run_experience_pipeline(self.pm, exps, step)
+            if comps.add_strategy is not None:
+                _, adv_metrics = self.event_loop.run_until_complete(comps.add_strategy.add(exps, step))
+            elif comps.advantage is not None and not in_trainer:
+                exps, adv_metrics = comps.advantage(exps)
+                self.event_loop.run_until_complete(self.writer.write(exps))
+            else:
+                self.event_loop.run_until_complete(self.writer.write(exps))
 
-        # 4. The trainer's batch, from the buffer (on-policy: everything written this step).
-        exps = self.event_loop.run_until_complete(self.reader.read())
+        # 4. The trainer's batch, from the buffer (on-policy: everything written this step). Without a
+        #    trainer-side advantage the update reads only these columns (and no group index).
+        batch = self.event_loop.run_until_complete(
+            self.reader.read_batch(
+                pad_token_id=self.tokenizer.pad_token_id,
+                fields=None if in_trainer else ("input_ids", "action_mask", "advantages"),
+                group_levels=levels,
+            )
+        )
         self._trim_buffer()
-        if not exps:
+        if len(batch) == 0:
             raise RuntimeError(
                 f"step {step}: no experiences reached the buffer on rank {self.rank} (every response was "
                 "filtered); check the reward functions, trinity_process_experiences hooks and std_threshold"
             )
-        # Without a trainer-side advantage the update reads only these columns (and no group index).
-        in_trainer = comps.advantage_in_trainer
-        batch = ExperienceBatch.from_experiences(
-            exps,
-            pad_token_id=self.tokenizer.pad_token_id,
-            fields=None if in_trainer else ("input_ids", "action_mask", "advantages"),
-            group_levels=GROUP_LEVELS if in_trainer else (),
-        ).to(acc.device)
+        batch = batch.to(acc.device)
         ids, P = batch.input_ids.long(), batch.max_prompt_length
-        attn = None if min(map(_PROMPT_LENGTH, exps)) == P else batch.attention_mask
+        attn = None if int(batch.prompt_lengths.min()) == P else batch.attention_mask
         mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
         if self.need_old_pass:
             with prof.section("old_logprob"), torch.no_grad():
@@ -461,10 +487,6 @@ class Trainer:
         ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
         ids = rollout.response_ids.tolist()
         return batch_decode(self.tokenizer, [row[:e] for row, e in zip(ids, ends, strict=True)])
-
-    def _experiences(self, rollout: Rollout, rewards: list[float | None], step: int) -> list[Experience]:
-        base = self.rank * self.prompts_per_rank
-        return rollout_experiences(rollout, rewards, step=step, group_size=self.group_size, task_offset=base)
 
     def _trim_buffer(self) -> None:
         # The memory buffer keeps every item it was given; an on-policy trainer has read them all.

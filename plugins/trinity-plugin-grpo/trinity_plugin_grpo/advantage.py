@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, GroupAdvantage, Metrics, write_advantages
+from trinity_core.components import ComponentArgs, GroupAdvantage, GroupComputation, Metrics, write_advantages
 from trinity_core.experience import Experience
 from trinity_core.ops import group_stats
 from trinity_plugin_grpo.duplicate import duplicate_to_count
@@ -77,15 +77,15 @@ def _is_finite_reward(exp: Experience) -> bool:
     return exp.reward is not None and math.isfinite(exp.reward)
 
 
-def _all_finite_rewards(exps: list[Experience]) -> bool:
+def _all_finite_rewards(rewards: list[float | None]) -> bool:
     """True when every reward is a finite number (one C-level pass; the per-item check on failure)."""
     try:
         # A sum of finite floats is finite unless it overflows; any None, NaN or inf makes it fail.
-        return math.isfinite(math.fsum(map(_REWARD, exps)))
+        return math.isfinite(math.fsum(rewards))  # type: ignore[arg-type]
     except (TypeError, ValueError):  # a None reward; inf + -inf
         return False
     except OverflowError:  # finite rewards whose sum overflows: check each one
-        return all(map(_is_finite_reward, exps))
+        return all(r is not None and math.isfinite(r) for r in rewards)
 
 
 def _masked_mean_logprob(exp: Experience, where: str) -> float:
@@ -259,7 +259,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
         is :meth:`scores_from_tensors`.
         """
         where = f"{type(self).name()} advantage"
-        if not _all_finite_rewards(batch.experiences):
+        if not _all_finite_rewards(batch.source_rewards()):
             for exp in batch.experiences:
                 _finite_reward(exp, where)
         logprob_means = None
@@ -307,6 +307,16 @@ class GRPOGroupedAdvantage(GroupAdvantage):
             s.batch_std if self.std_cal_level == "batch" else None,
         )
         return s.advantages, metrics, s.keep
+
+    def columnar_equivalent(self) -> bool:
+        """True unless POLARIS duplication is on (the only thing :meth:`process_vectorized` adds)."""
+        cls = type(self)
+        return (
+            not (self.duplicate_experiences and self.std_threshold is not None)
+            and cls.process is GroupComputation.process
+            and cls.process_vectorized is GRPOGroupedAdvantage.process_vectorized
+            and cls.process_batch is GRPOGroupedAdvantage.process_batch
+        )
 
     def process_vectorized(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
         """The base vectorized path, then POLARIS duplication when enabled."""
