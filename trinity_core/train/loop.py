@@ -35,6 +35,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, cast
 
@@ -117,6 +118,16 @@ def _lr_lambda(kind: str, warmup: int, total: int) -> Any:
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
+
+
+def _row_ranges(n: int, parts: int) -> list[slice]:
+    """``n`` rows cut into ``parts`` contiguous ranges as ``torch.tensor_split`` cuts them (the first
+    ``n % parts`` ranges one row longer); slicing by a range gives views, an index tensor copies."""
+    size, extra = divmod(n, parts)
+    bounds = [0]
+    for i in range(parts):
+        bounds.append(bounds[-1] + size + (i < extra))
+    return [slice(a, b) for a, b in pairwise(bounds)]
 
 
 def _check_offline_trainer(config: ResolvedConfig) -> None:
@@ -461,8 +472,8 @@ class Trainer:
         loss_terms: list[dict[str, Tensor]] = []
         grad_norms: list[Tensor] = []
         for _epoch in range(tcfg.epochs):
-            for rows_idx in torch.arange(n, device=acc.device).tensor_split(tcfg.minibatches):
-                loss_terms += self.backward_minibatch(ids, attn, P, columns, rows_idx)
+            for rows in _row_ranges(n, tcfg.minibatches):
+                loss_terms += self.backward_minibatch(ids, attn, P, columns, rows)
                 with prof.section("optimizer"):
                     if tcfg.grad_clip is not None:
                         grad_norms.append(acc.clip_grad_norm_(self.model.parameters(), tcfg.grad_clip))
@@ -494,9 +505,11 @@ class Trainer:
             self.reader.discard_read()
 
     def backward_minibatch(
-        self, ids: Tensor, attn: Tensor | None, P: int, columns: dict[str, Tensor], rows: Tensor
+        self, ids: Tensor, attn: Tensor | None, P: int, columns: dict[str, Tensor], rows: slice | Tensor
     ) -> list[dict[str, Tensor]]:
         """Accumulate the gradient of one optimizer step over the rows ``rows`` of the batch.
+
+        ``rows`` is a range of rows (micro-batches are then views, no copies) or an index tensor.
 
         The rows are cut into micro-batches (``trainer.micro_batch_size``); every micro-batch loss uses
         the step's global normalizers (all micro-batches, all ranks), the losses are summed by
@@ -516,11 +529,15 @@ class Trainer:
             terms_list.append(terms)
         return terms_list
 
-    def _micro_batches(self, rows: Tensor) -> list[Tensor]:
+    def _micro_batches(self, rows: slice | Tensor) -> list[slice | Tensor]:
         size = self.config.trainer.micro_batch_size
+        if isinstance(rows, slice):
+            if size is None or rows.stop - rows.start <= size:
+                return [rows]
+            return [slice(i, min(i + size, rows.stop)) for i in range(rows.start, rows.stop, size)]
         if size is None or rows.numel() <= size:
             return [rows]
-        return list(torch.split(rows, size))
+        return [*torch.split(rows, size)]
 
     def _loss(
         self, ids: Tensor, attn: Tensor | None, P: int, cols: dict[str, Tensor], scale: LossScale

@@ -80,7 +80,7 @@ class GRPOScores:
         group_mean: ``(G,)`` float64 ``μ_g`` (0 for singleton groups).
         group_std: ``(G,)`` float64 ``σ_g`` (0 for singleton groups).
         group_valid: ``(G,)`` bool, groups with at least two members (the ones with statistics).
-        batch_std: 0-d float64 ``σ_batch`` (computed in both modes, used only in ``"batch"`` mode).
+        batch_std: 0-d float64 ``σ_batch`` in ``"batch"`` mode; NaN in ``"group"`` mode (not computed).
         rewards: ``(N,)`` float64 ``r'``, the rewards the statistics were computed from.
     """
 
@@ -130,9 +130,12 @@ def grpo_scores(
         0, index, torch.where(member, r.abs(), 0.0), reduce="amax"
     )
     zero_var = stats.std_unbiased <= ZERO_STD_RTOL * scale
-    whole = group_stats(r, torch.zeros_like(index), 1, valid_mask=member)
-    batch_std = whole.std_unbiased[0]
-    sigma = batch_std if std_cal_level == "batch" else stats.std_unbiased[index]
+    if std_cal_level == "batch":
+        batch_std = group_stats(r, torch.zeros_like(index), 1, valid_mask=member).std_unbiased[0]
+        sigma = batch_std
+    else:  # not needed: skip the whole-batch pass
+        batch_std = torch.full((), torch.nan, dtype=torch.float64, device=r.device)
+        sigma = stats.std_unbiased[index]
     scores = (r - stats.mean[index]) / (sigma + epsilon)
     active = member & ~zero_var[index]
     advantages = torch.where(active, scores, 0.0)
