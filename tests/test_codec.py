@@ -198,7 +198,8 @@ def test_decoded_items_own_their_mutable_defaults_and_tensor_slices() -> None:
         assert len({id(getattr(e, name)) for e in out}) == 3, name
     out[0].info["k"] = 1
     out[0].custom_fields.append(CustomField("a", "b", torch.float32))
-    assert out[1].info == {} and out[1].custom_fields == []
+    assert out[1].info == {}
+    assert out[1].custom_fields == []
     # Each item's tensor is its own slice: writing it (even under autograd) leaves the others alone.
     out[1].tokens.fill_(7)
     out[1].logprobs.mul_(torch.tensor(2.0, requires_grad=True))
