@@ -191,6 +191,23 @@ def test_decoded_tensors_are_writable_and_independent_of_the_payload() -> None:
     assert deserialize_many(data)[0].tokens[0] == 1
 
 
+def test_decoded_items_own_their_mutable_defaults_and_tensor_slices() -> None:
+    exps = [Experience(tokens=[1, 2, 3], prompt_length=1, logprobs=[0.5, 0.25]) for _ in range(3)]
+    out = deserialize_many(serialize_many(exps))
+    for name in ("info", "metrics", "custom_fields"):
+        assert len({id(getattr(e, name)) for e in out}) == 3, name
+    out[0].info["k"] = 1
+    out[0].custom_fields.append(CustomField("a", "b", torch.float32))
+    assert out[1].info == {}
+    assert out[1].custom_fields == []
+    # Each item's tensor is its own slice: writing it (even under autograd) leaves the others alone.
+    out[1].tokens.fill_(7)
+    out[1].logprobs.mul_(torch.tensor(2.0, requires_grad=True))
+    assert [e.tokens.tolist() for e in out] == [[1, 2, 3], [7, 7, 7], [1, 2, 3]]
+    assert out[0].logprobs.tolist() == out[2].logprobs.tolist() == [0.5, 0.25]
+    assert out[1].logprobs.requires_grad
+
+
 def test_tensors_on_other_devices_and_with_grad_are_written() -> None:
     logprobs = torch.tensor([0.5, 0.25], requires_grad=True)
     exp = Experience(tokens=[1, 2, 3], prompt_length=1, logprobs=logprobs)

@@ -34,8 +34,7 @@ import pickle
 import platform
 import struct
 import warnings
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -43,6 +42,7 @@ import torch
 from safetensors.torch import load as _st_load
 from torch import Tensor
 
+from trinity_core._bulk import ROW_NAMES, build_experiences, experience_rows
 from trinity_core.experience import (
     EID,
     TENSOR_FIELDS,
@@ -164,13 +164,10 @@ _BLOB_COLUMNS: dict[str, str] = {
 #: Always written as a full list, so that the header's size bounds the number of experiences it can
 #: claim (a few bytes of header can never make the decoder build millions of objects).
 _COUNTED_COLUMN = "eid.suffix"
-_FIELD_NAMES = frozenset(experience_field_names())
-_EID_NAMES = ("batch", "task", "run", "step", "suffix")
 _ALL_COLUMNS = frozenset({*_SCALAR_COLUMNS, *_JSON_COLUMNS, "custom_fields"})
 _HEADER_KEYS = frozenset({"n", "columns", "tensors", "mm"})
-#: Every attribute of an experience, then those of its EID, in the order :data:`_ROW_GETTER` returns them.
-_ROW_NAMES = (*experience_field_names(), *(f"eid.{part}" for part in _EID_NAMES))
-_ROW_GETTER = operator.attrgetter(*_ROW_NAMES)
+#: The columns a decoded payload is made of (every row name but the EID object itself).
+_DECODED_NAMES = frozenset(ROW_NAMES) - {"eid"}
 
 
 def _blob_key(column: str) -> str:
@@ -187,21 +184,21 @@ def _encode_error(index: int, field: str, message: str) -> ExperienceEncodeError
 
 
 def _field_columns(experiences: list[Experience]) -> dict[str, _Values]:
-    """Every field of every experience, one tuple of values per name of :data:`_ROW_NAMES`.
+    """Every field of every experience, one tuple of values per name of :data:`ROW_NAMES`.
 
-    Each experience is visited once, by one getter returning all its attributes (the EID's included),
-    and the rows are then transposed. Fetching field by field instead walks every object's memory once
-    per field, which costs more than everything else on the Python side of encoding once the heap is
-    fragmented.
+    Each experience is visited once, reading all its attributes (the EID's included, see
+    :func:`experience_rows`), and the rows are then transposed. Fetching field by field instead walks
+    every object's memory once per field, which costs more than everything else on the Python side of
+    encoding once the heap is fragmented.
     """
     if not experiences:
-        return {name: () for name in _ROW_NAMES}
+        return {name: () for name in ROW_NAMES}
     try:
-        rows = list(map(_ROW_GETTER, experiences))
+        rows = experience_rows(experiences)
     except AttributeError:
         _check_eids(tuple(exp.eid for exp in experiences))  # name the item when its eid is to blame
         raise
-    fields: dict[str, _Values] = dict(zip(_ROW_NAMES, zip(*rows, strict=True), strict=True))
+    fields: dict[str, _Values] = dict(zip(ROW_NAMES, zip(*rows, strict=True), strict=True))
     _check_eids(fields["eid"])
     return fields
 
@@ -686,7 +683,7 @@ def _decode_scalar(name: str, spec: Any, count: int) -> _Column:
 def _decode_json_column(name: str, spec: Any, count: int) -> _Column:
     factory = _JSON_COLUMNS[name]
     if spec is None:
-        return [{} for _ in range(count)] if factory is dict else _Same(None)
+        return _Same(None)  # the default: build_experiences gives each item a fresh {} for info, metrics
     form, values = _column_spec(name, spec, count, ("j", "v"))
     if form == "v":
         try:
@@ -698,9 +695,9 @@ def _decode_json_column(name: str, spec: Any, count: int) -> _Column:
     return values  # type: ignore[no-any-return]
 
 
-def _decode_custom_fields(spec: Any, count: int) -> list[list[CustomField]]:
+def _decode_custom_fields(spec: Any, count: int) -> _Column:
     if spec is None:
-        return [[] for _ in range(count)]
+        return _Same(None)  # the default: build_experiences gives each item a fresh []
 
     def parse(item: Any) -> list[CustomField]:
         _require(type(item) is list, "column 'custom_fields': each item must be a list")
@@ -813,7 +810,12 @@ def _shapes(value: Any, rows: int, what: str) -> list[list[int]]:
 
 
 def _split_flat(flat: Tensor, spec: dict[str, Any], kind: str, rows: int, what: str) -> Sequence[Tensor]:
-    """Cut a field's flat tensor into per-item views (no copies)."""
+    """Cut a field's flat tensor into per-item slices (no copies).
+
+    ``unsafe_split`` makes the same disjoint slices as ``split`` without registering them as
+    multi-output views of ``flat``, which nothing else ever sees: cheaper to make and to free, and an
+    in-place op on one item's tensor under autograd behaves as on any tensor instead of raising.
+    """
     total = flat.numel()
     if rows == 0:
         _require(total == 0, f"{what}: no items, but the blob holds {total} elements")
@@ -822,18 +824,18 @@ def _split_flat(flat: Tensor, spec: dict[str, Any], kind: str, rows: int, what: 
         length = spec["len"]
         _require(type(length) is int and length >= 0, f"{what}: 'len' must be a non-negative int")
         _require(length * rows == total, f"{what}: {rows} items of length {length} != {total} elements")
-        return flat.view(rows, length).unbind(0)
+        return flat.unsafe_split(length) if length else flat.unsafe_split_with_sizes([0] * rows)
     if kind == "lens":
         lens = _ints(spec["lens"], f"{what}.lens")
         _require(len(lens) == rows, f"{what}: {len(lens)} lengths for {rows} items")
         _require(min(lens) >= 0, f"{what}: negative length")
         _require(sum(lens) == total, f"{what}: lengths sum to {sum(lens)}, blob holds {total} elements")
-        return flat.split_with_sizes(lens)
+        return flat.unsafe_split_with_sizes(lens)
     if kind == "shapes":
         shapes = _shapes(spec["shapes"], rows, f"{what}.shapes")
         sizes = [_numel(shape) for shape in shapes]
         _require(sum(sizes) == total, f"{what}: shapes hold {sum(sizes)} elements, blob holds {total}")
-        parts = flat.split_with_sizes(sizes)
+        parts = flat.unsafe_split_with_sizes(sizes)
         return [part.view(shape) for part, shape in zip(parts, shapes, strict=True)]
     raise _Malformed(f"{what}: unknown layout {kind!r} (expected 'len', 'lens' or 'shapes')")
 
@@ -903,41 +905,8 @@ def _split_payload(data: bytes) -> tuple[bytes, memoryview]:
     return bytes(view[size : size + header_len]), view[size + header_len :]
 
 
-def _records(names: Sequence[str], columns: dict[str, _Column], count: int) -> list[dict[str, Any]]:
-    """One attribute dict per item, keys in ``names`` order.
-
-    Every record starts as a copy of one template holding all keys (constant columns with their value),
-    then the varying columns are written in column by column; copying a dict that already has every key
-    avoids resizing it once per item.
-    """
-    template = {name: _constant(columns[name]) for name in names}
-    records = list(map(dict.copy, repeat(template, count)))
-    for name in names:
-        column = columns[name]
-        if not isinstance(column, _Same):
-            deque(map(operator.setitem, records, repeat(name), column), maxlen=0)
-    return records
-
-
-def _constant(column: _Column) -> Any:
-    return column.value if isinstance(column, _Same) else None
-
-
-def _instances(cls: type[Any], records: list[dict[str, Any]]) -> list[Any]:
-    """Instances of ``cls`` whose attributes are ``records``, without running ``__init__``."""
-    new = object.__new__
-    objects = [new(cls) for _ in range(len(records))]
-    deque(map(setattr, objects, repeat("__dict__"), records), maxlen=0)
-    return objects
-
-
-def _put_column(
-    name: str, column: _Column, fields: dict[str, _Column], eid_columns: dict[str, _Column]
-) -> None:
-    if name.startswith("eid."):
-        eid_columns[name[4:]] = column
-    else:
-        fields[name] = column
+def _iterable(column: _Column, count: int) -> Iterable[Any]:
+    return repeat(column.value, count) if isinstance(column, _Same) else column
 
 
 def _decode(data: bytes) -> list[Experience]:
@@ -960,14 +929,13 @@ def _decode(data: bytes) -> list[Experience]:
     # Columns first: the always-listed suffix column proves the header really has `count` items
     # before anything is built per item.
     fields: dict[str, _Column] = {}
-    eid_columns: dict[str, _Column] = {}
     in_blob: dict[str, Any] = {}  # columns whose values are read from the blob below
     for name in _SCALAR_COLUMNS:
         spec = columns.get(name)
         if _is_blob_form(name, spec):
             in_blob[name] = spec
             continue
-        _put_column(name, _decode_scalar(name, spec, count), fields, eid_columns)
+        fields[name] = _decode_scalar(name, spec, count)
     for name in _JSON_COLUMNS:
         fields[name] = _decode_json_column(name, columns.get(name), count)
     fields["custom_fields"] = _decode_custom_fields(columns.get("custom_fields"), count)
@@ -979,12 +947,11 @@ def _decode(data: bytes) -> list[Experience]:
         fields[field] = _Same(None) if spec is None else _decode_tensor_field(field, spec, count, blob, used)
     fields["multi_modal_inputs"] = _decode_multi_modal(header.get("mm"), count, blob, used)
     for name, spec in in_blob.items():
-        _put_column(name, _decode_blob_column(name, spec, count, blob, used), fields, eid_columns)
+        fields[name] = _decode_blob_column(name, spec, count, blob, used)
     unexpected = sorted(blob.keys() - used)[:5]
     _require(not unexpected, f"safetensors blob holds unexpected tensors: {unexpected}")
-    fields["eid"] = _instances(EID, _records(_EID_NAMES, eid_columns, count))
-    _require(fields.keys() == _FIELD_NAMES, "internal error: decoded fields do not match Experience")
-    return _instances(Experience, _records(experience_field_names(), fields, count))
+    _require(fields.keys() == _DECODED_NAMES, "internal error: decoded fields do not match Experience")
+    return build_experiences({name: _iterable(column, count) for name, column in fields.items()})
 
 
 # -------------------------------------------------------------------------------------- legacy (unsafe)
@@ -1100,7 +1067,8 @@ def _read_legacy(data: bytes) -> list[Experience]:
 def deserialize_many(data: bytes, *, allow_pickle: bool = False) -> list[Experience]:
     """Decode a payload written by :func:`serialize_many` into a list of experiences.
 
-    Tensors are views into one flat tensor per field (no per-item copies). Any malformed, truncated,
+    Each item's tensors are disjoint slices of one flat tensor per field (no per-item copies), plain
+    tensors that share its storage. Any malformed, truncated,
     oversized or adversarial input raises :class:`ExperienceDecodeError`, never anything else, and no
     code from the payload ever runs.
 
