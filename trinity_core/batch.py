@@ -34,6 +34,7 @@ __all__ = [
     "GroupLevel",
     "gather_action_masks",
     "gather_attention_masks",
+    "gather_group_index",
     "gather_multi_modal_inputs",
     "gather_response_attrs",
     "gather_token_ids",
@@ -347,9 +348,11 @@ def _group_columns(
     step, exactly as the EID properties do.
     """
     task_codes, task_tuples = _factorize(list(map(attrgetter("batch", "task"), eids)))
-    tids = [EID(batch=b, task=t, suffix="").tid for b, t in task_tuples]
+    # EID.tid of each distinct tuple, rendered directly (no EID object per task)
+    tids = [f"{escape_id_component(b)}/{escape_id_component(t)}" for b, t in task_tuples]
     tid_codes, tid_names = _factorize(tids)
-    task_index = list(map(tid_codes.__getitem__, task_codes))
+    # Distinct tuples nearly always render distinctly: then the codes are already the tid codes.
+    task_index = task_codes if len(tid_names) == len(tids) else list(map(tid_codes.__getitem__, task_codes))
     index: dict[str, Tensor] = {}
     keys: dict[str, list[str]] = {}
     if "task" in levels:
@@ -370,6 +373,22 @@ def _group_columns(
         index[level] = _int64(remap)[_int64(codes)]
         keys[level] = names
     return index, keys
+
+
+def gather_group_index(
+    experiences: Sequence[Experience], level: GroupLevel = "task"
+) -> tuple[Tensor, list[str]]:
+    """``(index, keys)``: ``ExperienceBatch.group_index[level]`` and ``group_keys[level]``, without a batch.
+
+    ``index`` is ``(N,)`` int64, groups numbered by first appearance; ``keys[g]`` is group ``g``'s id
+    (``eid.tid`` / ``rid`` / ``sid`` for ``task`` / ``run`` / ``step``).
+    """
+    if level not in GROUP_LEVELS:
+        raise ValueError(
+            f"gather_group_index: unknown group level {level!r}; choose from {list(GROUP_LEVELS)}"
+        )
+    index, keys = _group_columns(list(map(_EID, experiences)), (level,))
+    return index[level], keys[level]
 
 
 _BATCH_COLUMNS: frozenset[str] = frozenset(("input_ids", *BATCH_RESPONSE_FIELDS))
