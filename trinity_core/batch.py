@@ -46,6 +46,8 @@ _PROMPT_LENGTH = attrgetter("prompt_length")
 _EXPERIENCE_TYPE = attrgetter("experience_type")
 _REWARD = attrgetter("reward")
 _EID = attrgetter("eid")
+_BATCH = attrgetter("batch")
+_TASK = attrgetter("task")
 #: Grouping levels of :class:`ExperienceBatch`, with the EID id each one groups by (tid, rid, sid).
 GROUP_LEVELS: tuple[GroupLevel, ...] = ("task", "run", "step")
 
@@ -337,6 +339,24 @@ def _reward_columns(raw: list[float | None]) -> tuple[Tensor, Tensor]:
     return rewards, torch.tensor([r is not None for r in raw], dtype=torch.bool)
 
 
+def _task_factorize(eids: Sequence[EID]) -> tuple[list[int], list[tuple[Any, Any]]]:
+    """``_factorize`` of the ``(batch, task)`` tuples of ``eids``.
+
+    When every ``batch`` is the same int or str (one explorer step, the usual case), only the tasks are
+    factorized: no tuple per experience. Equal values of one such type render alike, so the tids match.
+    """
+    batches = list(map(_BATCH, eids))
+    first = batches[0] if batches else None
+    if (
+        type(first) in (int, str)
+        and batches.count(first) == len(batches)
+        and len(set(map(type, batches))) == 1
+    ):
+        codes, tasks = _factorize(list(map(_TASK, eids)))
+        return codes, [(first, task) for task in tasks]
+    return _factorize(list(zip(batches, map(_TASK, eids), strict=True)))
+
+
 def _group_columns(
     eids: Sequence[EID], levels: Collection[GroupLevel] = GROUP_LEVELS
 ) -> tuple[dict[str, Tensor], dict[str, list[str]]]:
@@ -347,7 +367,7 @@ def _group_columns(
     :class:`~trinity_core.experience.EID`); ``rid`` / ``sid`` extend the task's id by the escaped run /
     step, exactly as the EID properties do.
     """
-    task_codes, task_tuples = _factorize(list(map(attrgetter("batch", "task"), eids)))
+    task_codes, task_tuples = _task_factorize(eids)
     # EID.tid of each distinct tuple, rendered directly (no EID object per task)
     tids = [f"{escape_id_component(b)}/{escape_id_component(t)}" for b, t in task_tuples]
     tid_codes, tid_names = _factorize(tids)

@@ -139,10 +139,14 @@ def _as_factor(mask: Tensor, device: torch.device) -> Tensor:
 
 def _set_rows(exps: Sequence[Experience], out: Tensor, sizes: int | list[int]) -> None:
     """``exps[i].advantages`` / ``.returns``: the ``i``-th piece of ``out[0]`` / ``out[1]`` (views)."""
-    if isinstance(sizes, int):  # one C++ call creates all the views (~0.3 us each)
-        advantages, returns = out[0].view(-1, sizes).unbind(0), out[1].view(-1, sizes).unbind(0)
+    # One C++ call creates all the pieces (~0.3 us each). unsafe_split: the same pieces of the same
+    # storage as split, without autograd view tracking (~15% cheaper to create and free); the
+    # outputs never require grad, so that tracking has nothing to protect.
+    if isinstance(sizes, int):
+        advantages, returns = torch.unsafe_split(out[0], sizes), torch.unsafe_split(out[1], sizes)
     else:
-        advantages, returns = torch.split(out[0], sizes), torch.split(out[1], sizes)
+        advantages = torch.unsafe_split_with_sizes(out[0], sizes)
+        returns = torch.unsafe_split_with_sizes(out[1], sizes)
     # map() runs the assignments in a C loop (a Python for loop costs more than the views themselves).
     deque(map(setattr, exps, repeat("advantages"), advantages), maxlen=0)
     deque(map(setattr, exps, repeat("returns"), returns), maxlen=0)
