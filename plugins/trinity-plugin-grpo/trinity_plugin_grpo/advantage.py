@@ -329,12 +329,16 @@ class GRPOGroupedAdvantage(GroupAdvantage):
 
         Without ``rank_penalty`` only the rewards and the task index
         (:func:`~trinity_core.batch.gather_group_index`) are read, so no batch is built: they go to
-        :meth:`scores_from_tensors`, exactly what :meth:`process_batch` computes. DPO pairs take the
-        batch path (which rejects them).
+        :meth:`scores_from_tensors`, exactly what :meth:`process_batch` computes. DPO pairs (rejected
+        there) and subclasses that override :meth:`process_batch` take the batch path.
         """
         if len(exps) == 0:
             return [], {}
-        if self.rank_penalty is not None or "dpo" in map(_EXPERIENCE_TYPE, exps):
+        if (
+            self.rank_penalty is not None
+            or type(self).process_batch is not GRPOGroupedAdvantage.process_batch  # a subclass's own
+            or "dpo" in map(_EXPERIENCE_TYPE, exps)
+        ):
             kept, metrics = super().process_vectorized(exps)
             return self._refill(kept, len(exps), metrics)
         exps = list(exps)
