@@ -35,6 +35,7 @@ __all__ = [
     "LazyExperiences",
     "gather_action_masks",
     "gather_attention_masks",
+    "gather_group_index",
     "gather_multi_modal_inputs",
     "gather_response_attrs",
     "gather_token_ids",
@@ -46,6 +47,8 @@ _PROMPT_LENGTH = attrgetter("prompt_length")
 _EXPERIENCE_TYPE = attrgetter("experience_type")
 _REWARD = attrgetter("reward")
 _EID = attrgetter("eid")
+_BATCH = attrgetter("batch")
+_TASK = attrgetter("task")
 #: Grouping levels of :class:`ExperienceBatch`, with the EID id each one groups by (tid, rid, sid).
 GROUP_LEVELS: tuple[GroupLevel, ...] = ("task", "run", "step")
 
@@ -337,6 +340,24 @@ def _reward_columns(raw: list[float | None]) -> tuple[Tensor, Tensor]:
     return rewards, torch.tensor([r is not None for r in raw], dtype=torch.bool)
 
 
+def _task_factorize(eids: Sequence[EID]) -> tuple[list[int], list[tuple[Any, Any]]]:
+    """``_factorize`` of the ``(batch, task)`` tuples of ``eids``.
+
+    When every ``batch`` is the same int or str (one explorer step, the usual case), only the tasks are
+    factorized: no tuple per experience. Equal values of one such type render alike, so the tids match.
+    """
+    batches = list(map(_BATCH, eids))
+    first = batches[0] if batches else None
+    if (
+        type(first) in (int, str)
+        and batches.count(first) == len(batches)
+        and len(set(map(type, batches))) == 1
+    ):
+        codes, tasks = _factorize(list(map(_TASK, eids)))
+        return codes, [(first, task) for task in tasks]
+    return _factorize(list(zip(batches, map(_TASK, eids), strict=True)))
+
+
 def _group_columns(
     eids: Sequence[EID], levels: Collection[GroupLevel] = GROUP_LEVELS
 ) -> tuple[dict[str, Tensor], dict[str, list[str]]]:
@@ -347,10 +368,12 @@ def _group_columns(
     :class:`~trinity_core.experience.EID`); ``rid`` / ``sid`` extend the task's id by the escaped run /
     step, exactly as the EID properties do.
     """
-    task_codes, task_tuples = _factorize(list(map(attrgetter("batch", "task"), eids)))
-    tids = [EID(batch=b, task=t, suffix="").tid for b, t in task_tuples]
+    task_codes, task_tuples = _task_factorize(eids)
+    # EID.tid of each distinct tuple, rendered directly (no EID object per task)
+    tids = [f"{escape_id_component(b)}/{escape_id_component(t)}" for b, t in task_tuples]
     tid_codes, tid_names = _factorize(tids)
-    task_index = list(map(tid_codes.__getitem__, task_codes))
+    # Distinct tuples nearly always render distinctly: then the codes are already the tid codes.
+    task_index = task_codes if len(tid_names) == len(tids) else list(map(tid_codes.__getitem__, task_codes))
     index: dict[str, Tensor] = {}
     keys: dict[str, list[str]] = {}
     if "task" in levels:
@@ -371,6 +394,22 @@ def _group_columns(
         index[level] = _int64(remap)[_int64(codes)]
         keys[level] = names
     return index, keys
+
+
+def gather_group_index(
+    experiences: Sequence[Experience], level: GroupLevel = "task"
+) -> tuple[Tensor, list[str]]:
+    """``(index, keys)``: ``ExperienceBatch.group_index[level]`` and ``group_keys[level]``, without a batch.
+
+    ``index`` is ``(N,)`` int64, groups numbered by first appearance; ``keys[g]`` is group ``g``'s id
+    (``eid.tid`` / ``rid`` / ``sid`` for ``task`` / ``run`` / ``step``).
+    """
+    if level not in GROUP_LEVELS:
+        raise ValueError(
+            f"gather_group_index: unknown group level {level!r}; choose from {list(GROUP_LEVELS)}"
+        )
+    index, keys = _group_columns(list(map(_EID, experiences)), (level,))
+    return index[level], keys[level]
 
 
 _BATCH_COLUMNS: frozenset[str] = frozenset(("input_ids", *BATCH_RESPONSE_FIELDS))

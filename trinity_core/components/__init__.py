@@ -23,6 +23,7 @@ from trinity_core.components.advantage import (
     GroupComputation,
     GroupedBatch,
     TrainerAdvantage,
+    grouped_order,
     write_advantages,
 )
 from trinity_core.components.algorithm import ALGORITHM_CONFIG_KEYS, AlgorithmType, ConstantMeta
@@ -74,6 +75,7 @@ __all__ = [
     "PolicyLossFn",
     "TrainerAdvantage",
     "aggregate_metrics",
+    "grouped_order",
     "materialize_metrics",
     "summarize_masked_metric",
     "summarize_metric",

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import math
+from array import array
 from operator import attrgetter
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, GroupAdvantage, GroupComputation, Metrics, write_advantages
+from trinity_core.batch import gather_group_index
+from trinity_core.components import (
+    ComponentArgs,
+    GroupAdvantage,
+    GroupComputation,
+    Metrics,
+    grouped_order,
+    write_advantages,
+)
 from trinity_core.experience import Experience
 from trinity_core.ops import group_stats
 from trinity_plugin_grpo.duplicate import duplicate_to_count
@@ -61,6 +70,7 @@ class GRPOArgs(ComponentArgs):
 
 
 _REWARD = attrgetter("reward")
+_EXPERIENCE_TYPE = attrgetter("experience_type")
 
 
 def _finite_reward(exp: Experience, where: str) -> float:
@@ -73,19 +83,23 @@ def _finite_reward(exp: Experience, where: str) -> float:
     return float(reward)
 
 
-def _is_finite_reward(exp: Experience) -> bool:
-    return exp.reward is not None and math.isfinite(exp.reward)
-
-
-def _all_finite_rewards(rewards: list[float | None]) -> bool:
-    """True when every reward is a finite number (one C-level pass; the per-item check on failure)."""
+def _all_finite_rewards(rewards: list[Any]) -> bool:
+    """True when every reward is a finite number (one C-level pass; per item only when the sum overflows)."""
     try:
         # A sum of finite floats is finite unless it overflows; any None, NaN or inf makes it fail.
-        return math.isfinite(math.fsum(rewards))  # type: ignore[arg-type]
+        return math.isfinite(math.fsum(rewards))
     except (TypeError, ValueError):  # a None reward; inf + -inf
         return False
     except OverflowError:  # finite rewards whose sum overflows: check each one
         return all(r is not None and math.isfinite(r) for r in rewards)
+
+
+def _reward_tensor(rewards: list[Any]) -> Tensor:
+    """``(N,)`` float64 of finite rewards (through ``array``: ~4x faster than ``torch.tensor``)."""
+    try:
+        return torch.frombuffer(array("d", rewards), dtype=torch.float64)
+    except TypeError:  # a reward array() does not take (e.g. a 0-d tensor)
+        return torch.tensor([float(r) for r in rewards], dtype=torch.float64)
 
 
 def _masked_mean_logprob(exp: Experience, where: str) -> float:
@@ -319,10 +333,32 @@ class GRPOGroupedAdvantage(GroupAdvantage):
         )
 
     def process_vectorized(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
-        """The base vectorized path, then POLARIS duplication when enabled."""
+        """The vectorized path, then POLARIS duplication when enabled.
+
+        Without ``rank_penalty`` only the rewards and the task index
+        (:func:`~trinity_core.batch.gather_group_index`) are read, so no batch is built: they go to
+        :meth:`scores_from_tensors`, exactly what :meth:`process_batch` computes. DPO pairs (rejected
+        there) and subclasses that override :meth:`process_batch` take the batch path.
+        """
         if len(exps) == 0:
             return [], {}
-        kept, metrics = super().process_vectorized(exps)
+        if (
+            self.rank_penalty is not None
+            or type(self).process_batch is not GRPOGroupedAdvantage.process_batch  # a subclass's own
+            or "dpo" in map(_EXPERIENCE_TYPE, exps)
+        ):
+            kept, metrics = super().process_vectorized(exps)
+            return self._refill(kept, len(exps), metrics)
+        exps = list(exps)
+        raw = list(map(_REWARD, exps))
+        if not _all_finite_rewards(raw):
+            where = f"{type(self).name()} advantage"
+            for exp in exps:
+                _finite_reward(exp, where)
+        index, keys = gather_group_index(exps, self.group_level)
+        advantages, metrics, keep = self.scores_from_tensors(_reward_tensor(raw), index, len(keys))
+        write_advantages(exps, advantages)
+        kept = grouped_order(exps, index, keep if self.std_threshold is not None else None)
         return self._refill(kept, len(exps), metrics)
 
     # ------------------------------------------------------------------ duplication

@@ -50,3 +50,11 @@ class OPMDAddStrategy(GroupAdvantageStrategy):
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics]:
         """Vectorized advantages of the whole step (:meth:`OPMDGroupAdvantage.process_batch`)."""
         return self._advantage.process_batch(batch)
+
+    def batch_fields(self) -> tuple[str, ...]:
+        """The columns :meth:`process_batch` reads: none (rewards and the task index only)."""
+        return self._advantage.batch_fields()
+
+    def batch_group_levels(self) -> tuple[Literal["task", "run", "step"], ...]:
+        """Only the task index is read."""
+        return self._advantage.batch_group_levels()
