@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 
 import pytest
 import torch
@@ -16,10 +17,13 @@ from trinity_core.ops import fused as fused_mod
 from trinity_core.ops.fused import (
     CompiledKernel,
     aggregate_row_sums,
+    aggregate_row_weights,
     as_float,
     choose,
+    loss_with_local_gradient,
     mask_bits,
     rows_with_gradient,
+    scratch_buffers,
     select,
     weighted_sum,
 )
@@ -106,6 +110,82 @@ def test_aggregate_row_sums_equals_aggregate_loss(
     selected = torch.where(mask, values, 0.0)
     got = aggregate_row_sums(selected.sum(-1), mask.sum(-1).double(), mode, **kwargs)  # type: ignore[arg-type]
     assert float(got) == pytest.approx(float(expected), rel=1e-12, abs=1e-15)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    mode=st.sampled_from(LOSS_AGG_MODES),
+    b=st.integers(1, 6),
+    t=st.integers(1, 8),
+    global_counts=st.booleans(),
+    world_size=st.integers(1, 4),
+)
+def test_aggregate_row_weights_are_the_derivative_of_aggregate_row_sums(
+    seed: int, mode: str, b: int, t: int, global_counts: bool, world_size: int
+) -> None:
+    g = torch.Generator().manual_seed(seed)
+    counts = (torch.rand(b, t, generator=g) < 0.5).sum(-1).double()
+    kwargs: dict[str, object] = {"max_tokens": float(t + 3)}
+    if global_counts:
+        kwargs.update(
+            normalizer=torch.tensor(int(counts.sum()) + 5),
+            seq_normalizer=torch.tensor(int((counts > 0).sum()) + 2),
+            world_size=world_size,
+        )
+    weights = aggregate_row_weights(counts, mode, **kwargs)  # type: ignore[arg-type]
+    rows = torch.randn(b, generator=g, dtype=torch.float64, requires_grad=True)
+    total = aggregate_row_sums(rows, counts, mode, **kwargs)  # type: ignore[arg-type]
+    total.backward()
+    assert weights.shape == (b,)
+    torch.testing.assert_close(weights, rows.grad, rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close((weights * rows).sum(), total, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="unknown loss_agg_mode"):
+        aggregate_row_weights(counts, "token-sum")
+    with pytest.raises(ValueError, match="max_tokens"):
+        aggregate_row_weights(counts, "seq-mean-token-sum-norm")
+
+
+def test_loss_with_local_gradient_backward_is_row_coef_times_local_grad() -> None:
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    local = torch.randn(3, 4, dtype=torch.float64)
+    coef = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    value = torch.tensor(1.5, dtype=torch.float64)
+    out = loss_with_local_gradient(x, value, local, coef)
+    assert out.shape == ()
+    assert torch.equal(out, value)
+    assert out.requires_grad
+    (3.0 * out).backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, 3.0 * local * coef[:, None], rtol=0, atol=0)
+    upstream = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    out = loss_with_local_gradient(x, value, local, coef)
+    (grad,) = torch.autograd.grad(out, x, grad_outputs=upstream, create_graph=True)
+    torch.testing.assert_close(grad, 2.0 * local * coef[:, None], rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        grad.sum().backward()  # not twice differentiable: an error, not a silently wrong value
+    low = torch.randn(2, 3, dtype=torch.bfloat16, requires_grad=True)
+    loss_with_local_gradient(low, torch.zeros(()), torch.ones(2, 3), torch.ones(2)).backward()
+    assert low.grad is not None
+    assert low.grad.dtype == torch.bfloat16
+
+
+def test_scratch_buffers_are_reused_per_thread_and_grow() -> None:
+    first = scratch_buffers(2, (3, 4), torch.float32, torch.device("cpu"))
+    assert [tuple(b.shape) for b in first] == [(3, 4), (3, 4)]
+    assert first[0].data_ptr() != first[1].data_ptr()
+    again = scratch_buffers(2, (2, 5), torch.float32, torch.device("cpu"))
+    assert [b.data_ptr() for b in again] == [b.data_ptr() for b in first]  # same memory, new shape
+    bigger = scratch_buffers(3, (8, 8), torch.float32, torch.device("cpu"))
+    assert len(bigger) == 3
+    assert all(b.shape == (8, 8) and b.is_contiguous() for b in bigger)
+    assert len({b.data_ptr() for b in bigger}) == 3
+    other: list[torch.Tensor] = []
+    thread = threading.Thread(target=lambda: other.extend(scratch_buffers(1, (8, 8), torch.float32, "cpu")))
+    thread.start()
+    thread.join()
+    assert other[0].data_ptr() not in {b.data_ptr() for b in bigger}  # each thread has its own
+    assert scratch_buffers(1, (2,), torch.float64, torch.device("cpu"))[0].dtype == torch.float64
 
 
 def test_aggregate_row_sums_validates_like_aggregate_loss() -> None:

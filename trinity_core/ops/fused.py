@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from trinity_core.ops.aggregate import LOSS_AGG_MODES
 
@@ -30,12 +31,16 @@ __all__ = [
     "FUSED_BACKEND",
     "CompiledKernel",
     "aggregate_row_sums",
+    "aggregate_row_weights",
     "aggregate_rows",
+    "aggregation_of",
     "as_flags",
     "as_float",
     "choose",
+    "loss_with_local_gradient",
     "mask_bits",
     "rows_with_gradient",
+    "scratch_buffers",
     "select",
     "weighted_sum",
 ]
@@ -162,6 +167,18 @@ def _global_denominator(
     return count.clamp_min(1), float(world_size)
 
 
+def _check_mode(name: str, loss_agg_mode: str, max_tokens: float | None) -> None:
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(
+            f"{name}: unknown loss_agg_mode {loss_agg_mode!r}; valid modes are {', '.join(LOSS_AGG_MODES)}"
+        )
+    if loss_agg_mode == "seq-mean-token-sum-norm" and (max_tokens is None or not max_tokens > 0):
+        raise ValueError(
+            f"{name}: loss_agg_mode 'seq-mean-token-sum-norm' needs max_tokens > 0 (the Dr. GRPO "
+            f"constant, e.g. the maximum response length), got {max_tokens!r}"
+        )
+
+
 def aggregate_row_sums(
     row_sum: Tensor,
     row_count: Tensor,
@@ -183,16 +200,7 @@ def aggregate_row_sums(
     Raises:
         ValueError: unknown mode, or ``max_tokens`` missing or not positive for ``seq-mean-token-sum-norm``.
     """
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(
-            f"aggregate_row_sums: unknown loss_agg_mode {loss_agg_mode!r}; valid modes are "
-            f"{', '.join(LOSS_AGG_MODES)}"
-        )
-    if loss_agg_mode == "seq-mean-token-sum-norm" and (max_tokens is None or not max_tokens > 0):
-        raise ValueError(
-            "aggregate_row_sums: loss_agg_mode 'seq-mean-token-sum-norm' needs max_tokens > 0 (the Dr. GRPO "
-            f"constant, e.g. the maximum response length), got {max_tokens!r}"
-        )
+    _check_mode("aggregate_row_sums", loss_agg_mode, max_tokens)
     if loss_agg_mode == "token-mean":
         denom, factor = _global_denominator(row_count.sum(), normalizer, world_size)
         return row_sum.sum() / denom * factor
@@ -205,24 +213,69 @@ def aggregate_row_sums(
     return total / (denom * horizon) * factor
 
 
-def aggregate_rows(loss: LossAggregation, row_sum: Tensor, row_count: Tensor) -> Tensor:
-    """What ``loss.aggregate(values, mask)`` returns, from the per-row sums and counts of ``values``.
+def aggregate_row_weights(
+    row_count: Tensor,
+    loss_agg_mode: str,
+    *,
+    normalizer: Tensor | float | int | None = None,
+    seq_normalizer: Tensor | float | int | None = None,
+    max_tokens: float | None = None,
+    world_size: int = 1,
+) -> Tensor:
+    """Per-row weights ``c`` ``(B,)`` with ``aggregate_row_sums(S, row_count, ...) = Σ_b c_b·S_b``.
 
-    Same mode precedence (the component's ``loss_agg_mode``, else the mode passed to the call, else
-    ``token-mean``) and the global normalizers of the call's ``loss_scale``.
+    Every mode is linear in the row sums ``S_b`` with coefficients that depend only on the counts and
+    the normalizers, so ``c_b = ∂L/∂S_b``: ``token-mean`` ``1/N_tok``; ``seq-mean-token-sum``
+    ``1/N_seq``; ``seq-mean-token-mean`` ``1/(max(n_b, 1)·N_seq)``; ``seq-mean-token-sum-norm``
+    ``1/(N_seq·max_tokens)``; with the clamping and ``world_size`` factor of :func:`aggregate_row_sums`.
+    A fused loss computes its value as ``Σ c_b S_b`` and its gradient as ``c_b`` times the per-token
+    derivative (:func:`loss_with_local_gradient`): one backward node instead of the graph of the
+    aggregation. Same validation (``ValueError``) as :func:`aggregate_row_sums`.
+    """
+    _check_mode("aggregate_row_weights", loss_agg_mode, max_tokens)
+    if loss_agg_mode == "token-mean":
+        denom, factor = _global_denominator(row_count.sum(), normalizer, world_size)
+        return (factor / denom).expand_as(row_count)
+    denom, factor = _global_denominator((row_count > 0).sum().to(row_count.dtype), seq_normalizer, world_size)
+    if loss_agg_mode == "seq-mean-token-sum-norm" and max_tokens:
+        denom = denom * float(max_tokens)
+    if loss_agg_mode == "seq-mean-token-mean":
+        return factor / (row_count.clamp_min(1) * denom)
+    return (factor / denom).expand_as(row_count)
+
+
+def aggregation_of(
+    loss: LossAggregation,
+) -> tuple[str, Tensor | None, Tensor | None, float | None, int]:
+    """``(loss_agg_mode, normalizer, seq_normalizer, max_tokens, world_size)`` of ``loss``'s current call.
+
+    The mode precedence of ``loss.aggregate`` (the component's ``loss_agg_mode``, else the mode passed
+    to the call, else ``token-mean``) and the global normalizers of the call's ``loss_scale`` (``None``
+    and ``1`` without one): the keyword arguments of :func:`aggregate_row_sums` and
+    :func:`aggregate_row_weights`, in order.
     """
     mode = getattr(loss, "loss_agg_mode", None) or loss._call_mode or "token-mean"
     scale = loss.loss_scale
     if scale is None:
-        return aggregate_row_sums(row_sum, row_count, mode)
+        return mode, None, None, None, 1
+    return mode, scale.num_tokens, scale.num_sequences, scale.max_tokens, scale.world_size
+
+
+def aggregate_rows(loss: LossAggregation, row_sum: Tensor, row_count: Tensor) -> Tensor:
+    """What ``loss.aggregate(values, mask)`` returns, from the per-row sums and counts of ``values``.
+
+    Same mode precedence (the component's ``loss_agg_mode``, else the mode passed to the call, else
+    ``token-mean``) and the global normalizers of the call's ``loss_scale`` (see :func:`aggregation_of`).
+    """
+    mode, normalizer, seq_normalizer, max_tokens, world_size = aggregation_of(loss)
     return aggregate_row_sums(
         row_sum,
         row_count,
         mode,
-        normalizer=scale.num_tokens,
-        seq_normalizer=scale.num_sequences,
-        max_tokens=scale.max_tokens,
-        world_size=scale.world_size,
+        normalizer=normalizer,
+        seq_normalizer=seq_normalizer,
+        max_tokens=max_tokens,
+        world_size=world_size,
     )
 
 
@@ -251,6 +304,75 @@ def rows_with_gradient(x: Tensor, rows: Tensor, local_grad: Tensor) -> Tensor:
     """
     out: Tensor = _RowsWithGradient.apply(x, rows, local_grad)  # type: ignore[no-untyped-call]
     return out
+
+
+def _local_gradient_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+    local_grad, row_coef = ctx.saved_tensors
+    out = local_grad * (row_coef * grad).unsqueeze(-1)
+    return (out if out.dtype == ctx.x_dtype else out.to(ctx.x_dtype)), None, None, None
+
+
+_local_gradient_backward_once = once_differentiable(_local_gradient_backward)
+
+
+class _LossWithLocalGradient(torch.autograd.Function):
+    # The legacy forward(ctx, ...) form: its apply costs a third of the setup_context form's on CPU.
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, value: Tensor, local_grad: Tensor, row_coef: Tensor) -> Tensor:
+        ctx.save_for_backward(local_grad, row_coef)
+        ctx.x_dtype = x.dtype
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        if torch.is_grad_enabled():  # create_graph=True: differentiating this result again must raise
+            return _local_gradient_backward_once(ctx, grad)
+        return _local_gradient_backward(ctx, grad)
+
+
+def loss_with_local_gradient(x: Tensor, value: Tensor, local_grad: Tensor, row_coef: Tensor) -> Tensor:
+    """The 0-d loss ``value``, differentiable in ``x`` ``(B, T)`` through one node:
+    ``∂value/∂x_bt = row_coef_b · local_grad_bt``.
+
+    For a fused kernel that computed the per-token derivative ``local_grad`` ``(B, T)`` (up to a
+    constant, which goes into ``row_coef``) and the aggregation weights ``c`` of its row sums
+    (:func:`aggregate_row_weights`), ``value = Σ_b c_b·S_b``, ``row_coef = constant·c``: backward is one
+    multiply over ``(B, T)`` with no graph of the aggregation (which :func:`rows_with_gradient` followed
+    by :func:`aggregate_rows` keeps). ``value`` itself is not differentiated. Not twice differentiable.
+    """
+    out: Tensor = _LossWithLocalGradient.apply(x, value, local_grad, row_coef)  # type: ignore[no-untyped-call]
+    return out
+
+
+_SCRATCH = threading.local()
+
+
+def scratch_buffers(
+    count: int, shape: torch.Size | tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> list[Tensor]:
+    """``count`` uninitialised contiguous tensors of ``shape``, reused from call to call on CPU.
+
+    For the temporaries of an eager kernel that must not outlive the call (never for a tensor that is
+    returned or saved for backward). On CPU every fresh multi-megabyte tensor costs page faults
+    (the allocator hands large blocks back to the system when they are freed), often more than the
+    arithmetic on it; these buffers stay allocated instead: per thread and dtype, ``count`` flat
+    buffers that grow to the largest ``numel`` seen, viewed as ``shape``. The views of one call are
+    valid until the next ``scratch_buffers`` call of the same thread and dtype. On other devices
+    (whose caching allocators already reuse memory) they are plain ``torch.empty`` tensors.
+    """
+    if torch.device(device).type != "cpu":
+        return [torch.empty(shape, dtype=dtype, device=device) for _ in range(count)]
+    numel = 1
+    for size in shape:
+        numel *= size
+    pools: dict[torch.dtype, list[Tensor]] | None = getattr(_SCRATCH, "pools", None)
+    if pools is None:
+        pools = _SCRATCH.pools = {}
+    pool = pools.get(dtype, [])
+    if len(pool) < count or (pool and pool[0].numel() < numel):
+        size = max([numel] + [buf.numel() for buf in pool[:1]])
+        pool = pools[dtype] = [torch.empty(size, dtype=dtype) for _ in range(max(count, len(pool)))]
+    return [buf[:numel].view(shape) for buf in pool[:count]]
 
 
 class CompiledKernel:
