@@ -8,13 +8,18 @@ Step ``s`` on every rank::
     exps      = Experience(EID(batch=s, task=i, run=j), ...)                 # one per response
     exps      = trinity_process_experiences(exps, s)                         # pluggy stage
     add strategy / pipeline advantage fn -> buffer                           # group advantages
-    batch     = ExperienceBatch(buffer.read())                               # trainer side
+    batch     = buffer.read_batch()                                          # trainer side
     old, ref  = no-grad passes; trainer-side advantage fn on the batch
     for epoch, minibatch: for micro-batch:                                   # PPO-style update
         loss = policy_loss + kl_loss - entropy_loss   (global normalizers: LossScale)
         accelerator.backward(loss)
     clip, optimizer.step(), scheduler.step()
     metrics -> gathered over ranks once -> metrics.jsonl, trackers, trinity_on_metrics
+
+When no hook implements the pluggy stage, there is no add strategy, and the advantage function runs in
+the trainer or has an exact columnar path, the experiences of a step are one columnar batch from the
+rollout to the update, and the ``Experience`` objects are made only if something reads them
+(:mod:`trinity_core.train.columnar`); the result is the same.
 
 In mode ``train`` (:meth:`Trainer.offline_step`) there is no rollout: a step reads ``data.batch_size``
 stored items (DPO pairs split into adjacent chosen/rejected rows, :mod:`trinity_core.train.offline`),
