@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import types
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rollout_support import ROLLOUT_CASES, assert_same_experience, random_rollout
 
 from trinity_core import registry
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch, LazyExperiences
@@ -29,7 +29,6 @@ from trinity_core.train import loop as train_loop
 from trinity_core.train import train
 from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
 from trinity_core.train.experiences import rollout_batch, rollout_experiences
-from trinity_core.train.rollout import Rollout
 
 TINY = {
     "trainer": {"total_steps": 3, "checkpoint_every": 0, "progress": False, "threads": 1, "seed": 3},
@@ -48,17 +47,6 @@ TINY = {
 }
 
 
-def _rollout(prompt_lengths: list[int], response_lengths: list[int], seed: int) -> Rollout:
-    gen = torch.Generator().manual_seed(seed)
-    n, width, T = len(prompt_lengths), max(prompt_lengths), max(response_lengths)
-    prompt_mask = torch.arange(width) >= width - torch.tensor(prompt_lengths)[:, None]
-    prompt_ids = torch.where(prompt_mask, torch.randint(3, 50, (n, width), generator=gen), 0)
-    lengths = torch.tensor(response_lengths)
-    response_mask = torch.arange(T) < lengths[:, None]
-    response_ids = torch.where(response_mask, torch.randint(3, 50, (n, T), generator=gen), 0)
-    return Rollout(prompt_ids, prompt_mask, response_ids, lengths, lengths == T)
-
-
 def _assert_same_batch(got: ExperienceBatch, want: ExperienceBatch) -> None:
     for name in ("input_ids", "prompt_lengths", "response_lengths", "rewards", "has_reward", "action_mask"):
         a, b = getattr(got, name), getattr(want, name)
@@ -75,31 +63,9 @@ def _assert_same_batch(got: ExperienceBatch, want: ExperienceBatch) -> None:
     assert got._lengths == want._lengths
 
 
-def _assert_same_experience(a: Experience, b: Experience) -> None:
-    for f in dataclasses.fields(Experience):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name == "eid":  # the suffix is fresh randomness on both sides
-            assert (x.batch, x.task, x.run, x.step) == (y.batch, y.task, y.run, y.step)
-            assert len(x.suffix) == len(y.suffix)
-        elif isinstance(x, torch.Tensor):
-            assert x.dtype == y.dtype, f.name
-            assert torch.equal(x, y), f.name
-        else:
-            assert x == y, f.name
-
-
 @settings(max_examples=40, deadline=None)
 @given(
-    st.integers(1, 4).flatmap(
-        lambda G: st.tuples(
-            st.just(G),
-            st.lists(
-                st.tuples(st.integers(1, 6), st.integers(1, 5), st.none() | st.floats(-2, 2)),
-                min_size=G,
-                max_size=4 * G,
-            ).map(lambda rows: rows[: len(rows) // G * G]),
-        )
-    ),
+    ROLLOUT_CASES,
     st.integers(0, 3),
     st.integers(0, 2**16),
 )
@@ -107,7 +73,7 @@ def test_rollout_batch_equals_the_batch_of_the_experiences(
     case: tuple[int, list[tuple[int, int, float | None]]], step: int, seed: int
 ) -> None:
     G, rows = case
-    ro = _rollout([p for p, _, _ in rows], [r for _, r, _ in rows], seed)
+    ro = random_rollout([p for p, _, _ in rows], [r for _, r, _ in rows], seed)
     rewards = [w for _, _, w in rows]
     got = rollout_batch(ro, rewards, step=step, group_size=G, task_offset=5, pad_token_id=1)
     exps = rollout_experiences(ro, rewards, step=step, group_size=G, task_offset=5)
@@ -124,14 +90,14 @@ def test_rollout_batch_equals_the_batch_of_the_experiences(
     assert got.experiences.materialized
     assert list(got.experiences) == made
     for a, b in zip(made, exps, strict=True):
-        _assert_same_experience(a, b)
+        assert_same_experience(a, b)
     # The made experiences view the batch: an in-place change of the batch shows in them.
     got.input_ids[0, got.max_prompt_length] += 1
     assert int(made[0].tokens[made[0].prompt_length]) == int(got.input_ids[0, got.max_prompt_length])
 
 
 def test_rollout_batch_builds_only_the_requested_levels_and_rejects_a_wrong_reward_count() -> None:
-    ro = _rollout([2, 2, 3, 3], [1, 2, 2, 1], 0)
+    ro = random_rollout([2, 2, 3, 3], [1, 2, 2, 1], 0)
     batch = rollout_batch(ro, [1.0, 0.0, 1.0, 0.5], step=0, group_size=2, group_levels=("task",))
     assert list(batch.group_index) == ["task"]
     with pytest.raises(ValueError, match="3 rewards for a rollout of 4 responses"):
@@ -139,7 +105,7 @@ def test_rollout_batch_builds_only_the_requested_levels_and_rejects_a_wrong_rewa
 
 
 def test_experiences_made_after_the_advantage_carry_it_as_views() -> None:
-    ro = _rollout([2, 3, 2, 3], [3, 1, 2, 2], 1)
+    ro = random_rollout([2, 3, 2, 3], [3, 1, 2, 2], 1)
     rewards = [1.0, 0.0, 0.0, 1.0]
     advantage = registry.create("advantage_fn", "grpo", {})
     batch = rollout_batch(ro, rewards, step=4, group_size=2, group_levels=("task",))
@@ -160,7 +126,7 @@ def test_experiences_made_after_the_advantage_carry_it_as_views() -> None:
 
 
 def test_a_result_that_drops_experiences_takes_the_list_path() -> None:
-    ro = _rollout([2] * 4, [2] * 4, 2)
+    ro = random_rollout([2] * 4, [2] * 4, 2)
     rewards = [1.0, 1.0, 0.0, 1.0]  # the first group has zero variance: std_threshold drops it
     advantage = registry.create("advantage_fn", "grpo", {"std_threshold": 0.0})
     batch = rollout_batch(ro, rewards, step=0, group_size=2, group_levels=("task",))
@@ -174,7 +140,7 @@ def test_a_result_that_drops_experiences_takes_the_list_path() -> None:
 
 
 def test_memory_buffer_hands_a_written_batch_through_without_making_experiences() -> None:
-    ro = _rollout([2, 3, 2, 3], [3, 1, 2, 2], 1)
+    ro = random_rollout([2, 3, 2, 3], [3, 1, 2, 2], 1)
     batch = rollout_batch(ro, [1.0, 0.0, 0.0, 1.0], step=0, group_size=2)
     writer, reader = make_buffer("memory")
 
@@ -192,7 +158,7 @@ def test_memory_buffer_hands_a_written_batch_through_without_making_experiences(
 
 
 def test_memory_buffer_reads_a_lazy_chunk_as_experiences_and_rebuilds_partial_batches() -> None:
-    ro = _rollout([2, 3, 2, 3], [3, 1, 2, 2], 1)
+    ro = random_rollout([2, 3, 2, 3], [3, 1, 2, 2], 1)
     rewards = [1.0, 0.0, 0.0, 1.0]
     batch = rollout_batch(ro, rewards, step=0, group_size=2)
     plain = rollout_experiences(ro, rewards, step=1, group_size=2)

@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rollout_support import ROLLOUT_CASES, assert_same_experience, random_rollout
 
 from trinity_core.experience import EID, Experience
 from trinity_core.train.experiences import rollout_experiences
 from trinity_core.train.model import build_char_tokenizer
 from trinity_core.train.rollout import Rollout
 from trinity_core.train.text import batch_decode
-
-
-def _rollout(prompt_lengths: list[int], response_lengths: list[int], seed: int) -> Rollout:
-    gen = torch.Generator().manual_seed(seed)
-    n, width, T = len(prompt_lengths), max(prompt_lengths), max(response_lengths)
-    col = torch.arange(width)
-    prompt_mask = col >= width - torch.tensor(prompt_lengths)[:, None]
-    prompt_ids = torch.where(prompt_mask, torch.randint(3, 50, (n, width), generator=gen), 0)
-    lengths = torch.tensor(response_lengths)
-    response_mask = torch.arange(T) < lengths[:, None]
-    response_ids = torch.where(response_mask, torch.randint(3, 50, (n, T), generator=gen), 0)
-    return Rollout(prompt_ids, prompt_mask, response_ids, lengths, lengths == T)
 
 
 def _by_constructor(
@@ -54,16 +41,7 @@ def _by_constructor(
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.integers(1, 4).flatmap(
-        lambda G: st.tuples(
-            st.just(G),
-            st.lists(
-                st.tuples(st.integers(1, 6), st.integers(1, 5), st.none() | st.floats(-2, 2)),
-                min_size=G,
-                max_size=4 * G,
-            ).map(lambda rows: rows[: len(rows) // G * G]),
-        )
-    ),
+    ROLLOUT_CASES,
     st.integers(0, 3),
     st.integers(0, 2**16),
 )
@@ -71,28 +49,18 @@ def test_rollout_experiences_equal_the_constructor(
     case: tuple[int, list[tuple[int, int, float | None]]], step: int, seed: int
 ) -> None:
     G, rows = case
-    ro = _rollout([p for p, _, _ in rows], [r for _, r, _ in rows], seed)
+    ro = random_rollout([p for p, _, _ in rows], [r for _, r, _ in rows], seed)
     rewards = [w for _, _, w in rows]
     got = rollout_experiences(ro, rewards, step=step, group_size=G, task_offset=5)
     want = _by_constructor(ro, rewards, step, G, 5)
     assert len(got) == len(want) == sum(w is not None for w in rewards)
     for a, b in zip(got, want, strict=True):
-        for f in dataclasses.fields(Experience):
-            x, y = getattr(a, f.name), getattr(b, f.name)
-            if f.name == "eid":
-                assert (x.batch, x.task, x.run, x.step) == (y.batch, y.task, y.run, y.step)
-                assert len(x.suffix) == 16
-                int(x.suffix, 16)  # hex digits, else ValueError
-            elif isinstance(y, torch.Tensor):
-                assert x.dtype == y.dtype, f.name
-                assert torch.equal(x, y), f.name
-            else:
-                assert x == y, f.name
+        assert_same_experience(a, b)
     assert len({e.eid.uid for e in got}) == len(got)
 
 
 def test_rollout_experiences_share_no_element() -> None:
-    ro = _rollout([3, 2, 3, 1], [2, 4, 1, 3], seed=0)
+    ro = random_rollout([3, 2, 3, 1], [2, 4, 1, 3], seed=0)
     exps = rollout_experiences(ro, [1.0, 0.0, 1.0, 0.0], step=0, group_size=2)
     for name in ("tokens", "action_mask"):
         for i, e in enumerate(exps):
@@ -106,7 +74,7 @@ def test_rollout_experiences_share_no_element() -> None:
 
 
 def test_rollout_experiences_report_an_empty_prompt() -> None:
-    ro = _rollout([2, 2], [1, 1], seed=0)
+    ro = random_rollout([2, 2], [1, 1], seed=0)
     ro.prompt_mask[1] = False
     with pytest.raises(ValueError, match="prompt_length > 0"):
         rollout_experiences(ro, [1.0, 1.0], step=0, group_size=2)
@@ -114,7 +82,7 @@ def test_rollout_experiences_report_an_empty_prompt() -> None:
 
 def test_rollout_experiences_check_the_reward_count() -> None:
     with pytest.raises(ValueError, match="3 rewards for a rollout of 2"):
-        rollout_experiences(_rollout([1, 1], [1, 1], 0), [1.0, 1.0, 1.0], step=0, group_size=1)
+        rollout_experiences(random_rollout([1, 1], [1, 1], 0), [1.0, 1.0, 1.0], step=0, group_size=1)
 
 
 @settings(max_examples=30, deadline=None)
