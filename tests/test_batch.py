@@ -12,6 +12,7 @@ from reference import import_reference
 
 from trinity_core.batch import (
     ExperienceBatch,
+    all_finite,
     gather_action_masks,
     gather_attention_masks,
     gather_multi_modal_inputs,
@@ -350,3 +351,26 @@ def test_fields_limit_the_padded_columns_a_consumer_reads() -> None:
         batch.to_experiences()
     with pytest.raises(ValueError, match="unknown"):
         ExperienceBatch.from_experiences(exps, fields=("logprob",))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**60), 2**60),
+        max_size=20,
+    )
+)
+def test_all_finite_agrees_with_the_check_of_each_value(values: list[float | int | None]) -> None:
+    expected = all(v is not None and math.isfinite(v) for v in values)
+    assert all_finite(values) is expected
+    assert all_finite([*values, 1e308, 1e308]) is expected  # a finite sum that overflows
+
+
+def test_rewards_are_finite_reads_the_source_rewards() -> None:
+    exps = [
+        Experience(eid=EID(task=0, run=i), tokens=torch.tensor([1, 2]), prompt_length=1, reward=1.0)
+        for i in range(3)
+    ]
+    assert ExperienceBatch.from_experiences(exps).rewards_are_finite()
+    exps[1].reward = None
+    assert not ExperienceBatch.from_experiences(exps).rewards_are_finite()

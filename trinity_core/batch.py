@@ -33,6 +33,7 @@ __all__ = [
     "ExperienceBatch",
     "GroupLevel",
     "LazyExperiences",
+    "all_finite",
     "gather_action_masks",
     "gather_attention_masks",
     "gather_group_index",
@@ -429,6 +430,20 @@ def _check_fields(
     return wanted
 
 
+def all_finite(values: Sequence[Any]) -> bool:
+    """True when every value is a finite number (None, NaN or inf: False), in one C-level pass.
+
+    For host-side reward checks: a sum of finite floats is finite unless it overflows, and only then
+    is each value looked at.
+    """
+    try:
+        return math.isfinite(math.fsum(values))
+    except (TypeError, ValueError):  # a None; inf + -inf
+        return False
+    except OverflowError:  # finite values whose sum overflows: check each one
+        return all(v is not None and math.isfinite(v) for v in values)
+
+
 class LazyExperiences(Sequence[Experience]):
     """The experiences of a batch that was built from columns, created on first access.
 
@@ -623,6 +638,11 @@ class ExperienceBatch:
         if isinstance(source, LazyExperiences) and not source.materialized:
             return list(source.rewards)
         return list(map(_REWARD, source))
+
+    def rewards_are_finite(self) -> bool:
+        """True when every experience's reward is a finite number (:func:`all_finite` of
+        :meth:`source_rewards`): no host sync, no lazily built experience made."""
+        return all_finite(self.source_rewards())
 
     @property
     def num_groups(self) -> dict[str, int]:

@@ -11,7 +11,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.batch import gather_group_index
+from trinity_core.batch import all_finite, gather_group_index
 from trinity_core.components import (
     ComponentArgs,
     GroupAdvantage,
@@ -81,17 +81,6 @@ def _finite_reward(exp: Experience, where: str) -> float:
             "every experience: score it with the reward function or filter it out first"
         )
     return float(reward)
-
-
-def _all_finite_rewards(rewards: list[Any]) -> bool:
-    """True when every reward is a finite number (one C-level pass; per item only when the sum overflows)."""
-    try:
-        # A sum of finite floats is finite unless it overflows; any None, NaN or inf makes it fail.
-        return math.isfinite(math.fsum(rewards))
-    except (TypeError, ValueError):  # a None reward; inf + -inf
-        return False
-    except OverflowError:  # finite rewards whose sum overflows: check each one
-        return all(r is not None and math.isfinite(r) for r in rewards)
 
 
 def _reward_tensor(rewards: list[Any]) -> Tensor:
@@ -273,7 +262,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
         is :meth:`scores_from_tensors`.
         """
         where = f"{type(self).name()} advantage"
-        if not _all_finite_rewards(batch.source_rewards()):
+        if not batch.rewards_are_finite():
             for exp in batch.experiences:
                 _finite_reward(exp, where)
         logprob_means = None
@@ -351,7 +340,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
             return self._refill(kept, len(exps), metrics)
         exps = list(exps)
         raw = list(map(_REWARD, exps))
-        if not _all_finite_rewards(raw):
+        if not all_finite(raw):
             where = f"{type(self).name()} advantage"
             for exp in exps:
                 _finite_reward(exp, where)

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from trinity_core.components import GroupAdvantage, Metrics, write_advantages
 from trinity_core.experience import Experience
-from trinity_plugin_grpo.advantage import _all_finite_rewards, _finite_reward
+from trinity_plugin_grpo.advantage import _finite_reward
 from trinity_plugin_grpo.baselines import GroupScores
 from trinity_plugin_grpo.metrics import PREFIX, masked_summary
 
@@ -144,7 +144,7 @@ class GroupScoreAdvantage(GroupAdvantage):
 
         Rewards are validated from the source experiences (Python floats), never read from tensors.
         """
-        if not _all_finite_rewards(batch.source_rewards()):
+        if not batch.rewards_are_finite():
             self._rewards(batch.experiences)  # raises, naming the first bad experience
         mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
         lengths = mask.sum(dim=-1)

@@ -9,7 +9,7 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, Metrics, TrainerAdvantage
-from trinity_plugin_grpo.advantage import _all_finite_rewards, _finite_reward
+from trinity_plugin_grpo.advantage import _finite_reward
 from trinity_plugin_grpo.baselines import centred_scores
 from trinity_plugin_grpo.kernel import grpo_scores
 from trinity_plugin_grpo.metrics import PREFIX, masked_summary
@@ -65,7 +65,7 @@ class GRPOVerlAdvantage(TrainerAdvantage):
 
     def compute(self, batch: ExperienceBatch) -> tuple[Tensor, Tensor, Metrics]:
         """``(advantages, returns, metrics)``, both ``(N, R)`` float32 (no host synchronisation)."""
-        if batch.token_level_reward is None and not _all_finite_rewards(batch.source_rewards()):
+        if batch.token_level_reward is None and not batch.rewards_are_finite():
             for exp in batch.experiences:
                 _finite_reward(exp, f"{type(self).name()} advantage")
         token_scores = batch.token_level_scores()

@@ -11,7 +11,7 @@ from torch import Tensor
 from trinity_core.components import GroupAdvantage, Metrics, summarize_metric, write_advantages
 from trinity_core.experience import Experience
 from trinity_plugin_opmd.kernel import GroupBaselines
-from trinity_plugin_opmd.rewards import check_batch_rewards, finite_rewards
+from trinity_plugin_opmd.rewards import finite_rewards
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -59,7 +59,8 @@ class BaselineGroupAdvantage(GroupAdvantage):
 
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics]:
         """Advantages ``(N,)`` of the whole batch and the summarised per-group metrics."""
-        check_batch_rewards(batch, f"{type(self).name()} advantage")
+        if not batch.rewards_are_finite():  # names the first bad experience
+            finite_rewards(batch.experiences, f"{type(self).name()} advantage")
         index = batch.group_index[self.group_level]
         groups = self.baselines(batch.rewards, index, batch.num_groups[self.group_level])
         prefix = self.metric_prefix

@@ -8,10 +8,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from trinity_core.batch import ExperienceBatch
 from trinity_core.experience import Experience
 
-__all__ = ["check_batch_rewards", "finite_rewards"]
+__all__ = ["finite_rewards"]
 
 
 def finite_rewards(exps: Sequence[Experience], where: str) -> Tensor:
@@ -27,10 +26,3 @@ def finite_rewards(exps: Sequence[Experience], where: str) -> Tensor:
                 "every experience: score it with the reward function or filter it out first"
             )
     return torch.tensor(values, dtype=torch.float64)
-
-
-def check_batch_rewards(batch: ExperienceBatch, where: str) -> None:
-    """:func:`finite_rewards` for a batch: reads ``batch.source_rewards()`` (Python values, so no host sync
-    and no per-experience objects), and names the offending experience only when a reward is bad."""
-    if not all(r is not None and math.isfinite(r) for r in batch.source_rewards()):
-        finite_rewards(batch.experiences, where)
