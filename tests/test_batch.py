@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from trinity_core.batch import (
     all_finite,
     gather_action_masks,
     gather_attention_masks,
+    gather_group_index,
     gather_multi_modal_inputs,
     gather_response_attrs,
     gather_token_ids,
@@ -194,6 +196,44 @@ def test_batch_groups_follow_group_by() -> None:
         for g, (key, members) in enumerate(groups.items()):
             idx = (batch.group_index[level] == g).nonzero().flatten().tolist()
             assert [exps[i] for i in idx] == members, key
+
+
+_TASKS = st.one_of(
+    st.integers(-3, 5),
+    st.integers(2**63, 2**64),  # beyond int64: the dict path
+    st.sampled_from(["3", "a", "a/b", "%"]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    runs=st.lists(st.tuples(_TASKS, st.integers(1, 4)), min_size=1, max_size=8),
+    batch=st.sampled_from([0, 7, "7", "x/y"]),
+    shuffle=st.randoms(use_true_random=False),
+    contiguous=st.booleans(),
+)
+def test_group_index_numbers_tids_by_first_appearance(
+    runs: list[tuple[int | str, int]], batch: int | str, shuffle: Any, contiguous: bool
+) -> None:
+    # Tasks in runs (rollout order, the contiguous fast path) or shuffled (the dict path); equal
+    # values of int and str ("3" and 3) are one task, as EID.tid says.
+    tasks = [task for task, size in runs for _ in range(size)]
+    if not contiguous:
+        shuffle.shuffle(tasks)
+    exps = [
+        Experience(eid=EID(batch=batch, task=t, run=i % 3, step=i % 2), tokens=[1, 2], prompt_length=1)
+        for i, t in enumerate(tasks)
+    ]
+    for level, id_of in (("task", "tid"), ("run", "rid"), ("step", "sid")):
+        expected: dict[str, int] = {}
+        codes = [expected.setdefault(getattr(e.eid, id_of), len(expected)) for e in exps]
+        index, keys = gather_group_index(exps, level)
+        assert index.dtype == torch.int64
+        assert index.tolist() == codes
+        assert keys == list(expected)
+    batch_all = ExperienceBatch.from_experiences(exps)
+    for level in ("task", "run", "step"):
+        assert torch.equal(batch_all.group_index[level], gather_group_index(exps, level)[0])
 
 
 def _assert_same_experience(a: Experience, b: Experience) -> None:

@@ -341,11 +341,13 @@ def _reward_columns(raw: list[float | None]) -> tuple[Tensor, Tensor]:
     return rewards, torch.tensor([r is not None for r in raw], dtype=torch.bool)
 
 
-def _task_factorize(eids: Sequence[EID]) -> tuple[list[int], list[tuple[Any, Any]]]:
-    """``_factorize`` of the ``(batch, task)`` tuples of ``eids``.
+def _task_factorize(eids: Sequence[EID]) -> tuple[list[int] | Tensor, list[tuple[Any, Any]]]:
+    """``_factorize`` of the ``(batch, task)`` tuples of ``eids``; the codes as a list or an int64 tensor.
 
     When every ``batch`` is the same int or str (one explorer step, the usual case), only the tasks are
     factorized: no tuple per experience. Equal values of one such type render alike, so the tids match.
+    Integer tasks in contiguous runs (each task's experiences next to each other, as rollouts produce
+    them) are numbered with tensor ops instead of a dict (:func:`_contiguous_int_codes`).
     """
     batches = list(map(_BATCH, eids))
     first = batches[0] if batches else None
@@ -354,9 +356,37 @@ def _task_factorize(eids: Sequence[EID]) -> tuple[list[int], list[tuple[Any, Any
         and batches.count(first) == len(batches)
         and len(set(map(type, batches))) == 1
     ):
-        codes, tasks = _factorize(list(map(_TASK, eids)))
-        return codes, [(first, task) for task in tasks]
+        tasks = list(map(_TASK, eids))
+        runs = _contiguous_int_codes(tasks)
+        if runs is not None:
+            codes_t, heads = runs
+            return codes_t, [(first, tasks[i]) for i in heads]
+        codes, uniques = _factorize(tasks)
+        return codes, [(first, task) for task in uniques]
     return _factorize(list(zip(batches, map(_TASK, eids), strict=True)))
+
+
+def _contiguous_int_codes(tasks: list[Any]) -> tuple[Tensor, list[int]] | None:
+    """First-appearance codes of integer ``tasks`` that form contiguous runs, and each run's first index.
+
+    None when a task is not an int (``array`` refuses it) or some task comes back after another one
+    (then the general :func:`_factorize` numbers them). Ints equal as values share a run, as they share a
+    dict key in :func:`_factorize`.
+    """
+    try:
+        values = torch.frombuffer(array("q", tasks), dtype=torch.int64) if tasks else None
+    except (TypeError, OverflowError):
+        return None
+    if values is None:
+        return None
+    new_run = values[1:] != values[:-1]
+    heads = torch.cat((torch.zeros(1, dtype=torch.int64), new_run.nonzero().flatten() + 1))
+    head_values = values[heads]
+    if torch.unique(head_values).numel() != head_values.numel():
+        return None
+    codes = torch.zeros(len(tasks), dtype=torch.int64)
+    torch.cumsum(new_run, 0, out=codes[1:])
+    return codes, heads.tolist()
 
 
 def _group_columns(
@@ -374,11 +404,19 @@ def _group_columns(
     tids = [f"{escape_id_component(b)}/{escape_id_component(t)}" for b, t in task_tuples]
     tid_codes, tid_names = _factorize(tids)
     # Distinct tuples nearly always render distinctly: then the codes are already the tid codes.
-    task_index = task_codes if len(tid_names) == len(tids) else list(map(tid_codes.__getitem__, task_codes))
+    if isinstance(task_codes, Tensor):
+        task_tensor = task_codes if len(tid_names) == len(tids) else _int64(tid_codes)[task_codes]
+        needs_list = "run" in levels or "step" in levels
+        task_index = task_tensor.tolist() if needs_list else []
+    else:
+        task_index = (
+            task_codes if len(tid_names) == len(tids) else list(map(tid_codes.__getitem__, task_codes))
+        )
+        task_tensor = _int64(task_index)
     index: dict[str, Tensor] = {}
     keys: dict[str, list[str]] = {}
     if "task" in levels:
-        index["task"] = _int64(task_index)
+        index["task"] = task_tensor
         keys["task"] = tid_names
     for level, attr in (("run", "run"), ("step", "step")):
         if level not in levels:
