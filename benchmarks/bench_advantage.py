@@ -307,16 +307,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="timing rounds (median taken)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
     parser.add_argument("--skip-extra", action="store_true", help="only the GRPO grid")
+    parser.add_argument(
+        "--sizes", type=lambda text: [int(n) for n in text.split(",")], help="only these N (e.g. 65536)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     add_reference_to_path()
     grid, repeat = (QUICK_GRID, 3) if args.quick else (FULL_GRID, args.repeat)
     sizes = [1024, 8192] if args.quick else [1024, 8192, 65536]
+    if args.sizes:
+        grid = [case for case in grid if case[0] in args.sizes]
+        sizes = [n for n in sizes if n in args.sizes]
     rows = grpo_rows(grid, repeat)
     alone: list[tuple[str, str, float]] = []
     if not args.skip_extra:
         rows += step_wise_rows(sizes, repeat)
-        extra, alone = add_strategy_rows(sizes[:2], repeat)
+        extra, alone = add_strategy_rows([n for n in sizes if n <= 8192], repeat)
         rows += extra
     print(f"Advantage computation, trinity-core vs trinity-rft 0.6.0 ({machine_line()})\n")
     print(format_table(rows))
