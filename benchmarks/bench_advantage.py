@@ -159,8 +159,31 @@ def case_name(n: int, group: int, response: int, steps: int = 1) -> str:
     return f"N={n:,} g={group} R={response}{steps_part}"
 
 
-def grpo_rows(grid: list[tuple[int, int, int]], repeat: int) -> list[Row]:
-    """GRPOGroupedAdvantage: reference ``process`` vs ours ``process(list)`` and ``process_batch``."""
+@dataclass(frozen=True)
+class WriteShare:
+    """How much of our ``process(list)`` is the write-back alone (one GRPO case)."""
+
+    case: str
+    reference_s: float
+    process_s: float
+    write_s: float
+
+
+def write_op(n: int) -> Callable[[list[Any]], Callable[[], Any]]:
+    """Time only ``write_advantages`` (fixed random scores) on the side's experiences."""
+    from trinity_core.components.advantage import write_advantages
+
+    scores = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    return lambda exps: partial(write_advantages, exps, scores)
+
+
+def grpo_rows(grid: list[tuple[int, int, int]], repeat: int) -> tuple[list[Row], list[WriteShare]]:
+    """GRPOGroupedAdvantage: reference ``process`` vs ours ``process(list)`` and ``process_batch``.
+
+    Also returns, per case, the time of our write-back alone (``write_advantages``: stacking the masks,
+    one multiply, two float32 views per experience assigned over the previous ones), the part of
+    ``process(list)`` that any implementation producing these outputs from PyTorch has to do.
+    """
     import trinity.common.experience as ref_exp
     from trinity.algorithm.advantage_fn.grpo_advantage import GRPOGroupedAdvantage as RefGRPO
     from trinity_plugin_grpo.advantage import GRPOGroupedAdvantage
@@ -168,20 +191,21 @@ def grpo_rows(grid: list[tuple[int, int, int]], repeat: int) -> list[Row]:
     from trinity_core.experience import EID, Experience
 
     rows = []
+    shares = []
     ref_fn, ours_fn = RefGRPO(), GRPOGroupedAdvantage()
     for n, group, response in grid:
         data = make_data(n, group, response)
         ref_ops = {"list": list_op(ref_fn)}
         ref = time_side(data, ref_exp.Experience, ref_exp.EID, ref_ops, repeat)
-        ours = time_side(
-            data, Experience, EID, {"list": list_op(ours_fn), "batch": batch_op(ours_fn)}, repeat
-        )
+        ours_ops = {"list": list_op(ours_fn), "batch": batch_op(ours_fn), "write": write_op(n)}
+        ours = time_side(data, Experience, EID, ours_ops, repeat)
         case = case_name(n, group, response)
         rows.append(Row(case, "grpo process(list)", ref["list"], ours["list"], LIST_TARGETS.get(n)))
         rows.append(Row(case, "grpo process_batch", ref["list"], ours["batch"], BATCH_TARGETS.get(n)))
+        shares.append(WriteShare(case, ref["list"], ours["list"], ours["write"]))
         del data
         gc.collect()
-    return rows
+    return rows, shares
 
 
 def step_wise_rows(sizes: list[int], repeat: int) -> list[Row]:
@@ -290,6 +314,9 @@ NOTES = [
     "grpo process_batch: ours is only GRPOGroupedAdvantage.process_batch on a prebuilt ExperienceBatch "
     "(all columns; building it is not timed, the trainer already holds it); the reference column is "
     "its process(list), which includes its per-object work (0.6.0 has no columnar path).",
+    "write-back alone: ours only, write_advantages(exps, scores) on the same experiences: stacking the "
+    "masks, one multiply, two float32 views per experience (advantages, returns) assigned over the "
+    "previous ones; the rest of process(list) is reading rewards and EIDs, grouping and the statistics.",
     "step_wise_grpo: reference StepWiseGRPOAdvantageFn.process vs ours, list and prebuilt-batch paths as "
     "above; no target in the issue.",
     "add strategies: 0.6.0 has none; reference = the 0.6.0 advantage function with the same computation "
@@ -318,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sizes:
         grid = [case for case in grid if case[0] in args.sizes]
         sizes = [n for n in sizes if n in args.sizes]
-    rows = grpo_rows(grid, repeat)
+    rows, shares = grpo_rows(grid, repeat)
     alone: list[tuple[str, str, float]] = []
     if not args.skip_extra:
         rows += step_wise_rows(sizes, repeat)
@@ -331,6 +358,14 @@ def main(argv: list[str] | None = None) -> int:
         print("| case | strategy | ours |\n|---|---|---:|")
         for case, name, seconds in alone:
             print(f"| {case} | add strategy {name} | {_fmt(seconds)} |")
+    print("\nOur GRPO process(list) and its write-back alone (write_advantages), against reference / 8:\n")
+    print("| case | ours process(list) | write-back alone | share | reference / 8 |")
+    print("|---|---:|---:|---:|---:|")
+    for share in shares:
+        print(
+            f"| {share.case} | {_fmt(share.process_s)} | {_fmt(share.write_s)} | "
+            f"{share.write_s / share.process_s:.0%} | {_fmt(share.reference_s / 8)} |"
+        )
     print()
     for note in NOTES:
         print(f"- {note}")
