@@ -118,12 +118,14 @@ def write_advantages(exps: Sequence[Experience], advantages: Tensor) -> None:
         _write_block(exps[start:stop], present[start:stop], lengths[start:stop], values[start:stop])
 
 
-_WRITE_BLOCK = 1 << 19
+_WRITE_BLOCK = 1 << 18
 """Tokens per block of :func:`write_advantages`.
 
-Each output buffer (4 MiB) is a heap block that the allocator hands back on a later block or call;
-huge buffers are fresh mmap pages every call (page faults dominated at 65,536 x 1,024 tokens with
-1M-token blocks). 2^19 measured a few percent faster than 2^18 and 2^20 at 65,536 x 256 and 65,536 x 1,024.
+The temporaries stay in cache and each output buffer (2 MiB) is a heap block that the allocator hands
+back on a later block or call; huge buffers are fresh mmap pages every call (page faults dominated at
+65,536 x 1,024 tokens with 1M-token blocks). 2^19 was a few percent faster at N=65,536 but at
+N=1,024 x 1,024 its two 4 MiB buffers were often handed back to the system and faulted in again on
+every call (up to 2x slower).
 """
 
 
