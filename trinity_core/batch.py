@@ -373,11 +373,11 @@ def _contiguous_int_codes(tasks: list[Any]) -> tuple[Tensor, list[int]] | None:
     (then the general :func:`_factorize` numbers them). Ints equal as values share a run, as they share a
     dict key in :func:`_factorize`.
     """
-    try:
-        values = torch.frombuffer(array("q", tasks), dtype=torch.int64) if tasks else None
-    except (TypeError, OverflowError):
+    if not tasks:
         return None
-    if values is None:
+    try:
+        values = torch.frombuffer(array("q", tasks), dtype=torch.int64)
+    except (TypeError, OverflowError):
         return None
     new_run = values[1:] != values[:-1]
     heads = torch.cat((torch.zeros(1, dtype=torch.int64), new_run.nonzero().flatten() + 1))
