@@ -64,10 +64,6 @@ def _finite_reward(exp: Experience, where: str) -> float:
     return float(reward)
 
 
-def _is_finite_reward(exp: Experience) -> bool:
-    return exp.reward is not None and math.isfinite(exp.reward)
-
-
 class StepWiseGRPOAdvantageFn(GroupAdvantage):
     """Step-wise GRPO: the GRPO score of each run's last-step reward, broadcast to every step of the run.
 
@@ -193,7 +189,7 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
         The last-step rewards are validated from the source experiences (Python floats) only when some
         reward is missing or not finite; step numbers come from the EIDs (metadata, no tensor read).
         """
-        if not all(map(_is_finite_reward, batch.experiences)):
+        if not batch.rewards_are_finite():
             self.validate_last_rewards(batch.experiences)
         steps = torch.tensor([e.eid.step for e in batch.experiences], dtype=torch.int64)
         return self.scores_from_tensors(

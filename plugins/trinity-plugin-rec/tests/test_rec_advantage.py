@@ -15,6 +15,8 @@ from trinity_plugin_rec import RECGroupedAdvantage
 
 from trinity_core.batch import ExperienceBatch
 from trinity_core.testing import count_host_syncs
+from trinity_core.train.experiences import rollout_batch
+from trinity_core.train.rollout import Rollout
 
 EPS = 1e-6
 BOTH_PATHS = pytest.mark.parametrize("path", ["process_vectorized", "process_per_group"])
@@ -174,3 +176,27 @@ def test_process_batch_has_no_host_sync_and_runs_on_meta() -> None:
     assert adv.device.type == "meta"
     assert keep.dtype == torch.bool
     assert all(v.device.type == "meta" for v in metrics.values())
+
+
+def _lazy_batch(rewards: list[float | None]) -> ExperienceBatch:
+    """A trainer-style batch (2 runs per task) whose experiences are made only when read."""
+    n = len(rewards)
+    rollout = Rollout(
+        prompt_ids=torch.full((n, 2), 3),
+        prompt_mask=torch.ones(n, 2, dtype=torch.bool),
+        response_ids=torch.full((n, 2), 4),
+        response_lengths=torch.full((n,), 2),
+        truncated=torch.zeros(n, dtype=torch.bool),
+    )
+    return rollout_batch(rollout, rewards, step=0, group_size=2, group_levels=("task",))
+
+
+def test_process_batch_checks_rewards_without_making_the_experiences() -> None:
+    batch = _lazy_batch([1.0, 0.0, 0.5, 0.5])
+    advantages, _metrics, keep = RECGroupedAdvantage().process_batch(batch)
+    assert not batch.experiences.materialized  # type: ignore[attr-defined]
+    assert advantages.tolist() == [0.5, -0.5, 0.0, 0.0]
+    assert keep.all()
+    bad = _lazy_batch([1.0, 0.0, math.nan, 0.5])
+    with pytest.raises(ValueError, match=r"experience 0/1/0/0/\w+ has reward nan"):
+        RECGroupedAdvantage().process_batch(bad)

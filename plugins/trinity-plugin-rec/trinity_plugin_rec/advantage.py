@@ -61,10 +61,6 @@ def _finite_reward(exp: Experience, where: str) -> float:
     return float(reward)
 
 
-def _is_finite_reward(exp: Experience) -> bool:
-    return exp.reward is not None and math.isfinite(exp.reward)
-
-
 class RECGroupedAdvantage(GroupAdvantage):
     """REC: group-centred rewards A_i = r_i - mean_g (optionally / (std_g + eps)) with a balance drop.
 
@@ -178,7 +174,7 @@ class RECGroupedAdvantage(GroupAdvantage):
         the host; drop keys are hashed from the EIDs (metadata, no tensor involved).
         """
         where = f"{type(self).name()} advantage"
-        if not all(map(_is_finite_reward, batch.experiences)):
+        if not batch.rewards_are_finite():  # names the first bad experience
             for exp in batch.experiences:
                 _finite_reward(exp, where)
         keys = None
