@@ -17,8 +17,10 @@ from trinity_core.batch import (
     gather_action_masks,
     gather_attention_masks,
     gather_group_index,
+    gather_group_indices,
     gather_multi_modal_inputs,
     gather_response_attrs,
+    gather_rewards,
     gather_token_ids,
 )
 from trinity_core.experience import EID, Experience, group_by
@@ -211,17 +213,24 @@ _TASKS = st.one_of(
     batch=st.sampled_from([0, 7, "7", "x/y"]),
     shuffle=st.randoms(use_true_random=False),
     contiguous=st.booleans(),
+    blocks=st.booleans(),
 )
 def test_group_index_numbers_tids_by_first_appearance(
-    runs: list[tuple[int | str, int]], batch: int | str, shuffle: Any, contiguous: bool
+    runs: list[tuple[int | str, int]], batch: int | str, shuffle: Any, contiguous: bool, blocks: bool
 ) -> None:
     # Tasks in runs (rollout order, the contiguous fast path) or shuffled (the dict path); equal
-    # values of int and str ("3" and 3) are one task, as EID.tid says.
+    # values of int and str ("3" and 3) are one task, as EID.tid says. Run and step numbers cycle, or
+    # come in blocks (each run's steps next to each other: the contiguous path for rid too).
     tasks = [task for task, size in runs for _ in range(size)]
     if not contiguous:
         shuffle.shuffle(tasks)
     exps = [
-        Experience(eid=EID(batch=batch, task=t, run=i % 3, step=i % 2), tokens=[1, 2], prompt_length=1)
+        Experience(
+            eid=EID(batch=batch, task=t, run=i // 2 - 3 if blocks else i % 3, step=i % 2),
+            tokens=[1, 2],
+            prompt_length=1,
+            reward=float(i) if i % 3 else None,
+        )
         for i, t in enumerate(tasks)
     ]
     for level, id_of in (("task", "tid"), ("run", "rid"), ("step", "sid")):
@@ -234,6 +243,16 @@ def test_group_index_numbers_tids_by_first_appearance(
     batch_all = ExperienceBatch.from_experiences(exps)
     for level in ("task", "run", "step"):
         assert torch.equal(batch_all.group_index[level], gather_group_index(exps, level)[0])
+    index, keys = gather_group_indices(exps, ("run", "task"))
+    assert keys == {level: batch_all.group_keys[level] for level in ("run", "task")}
+    assert all(torch.equal(index[level], batch_all.group_index[level]) for level in ("run", "task"))
+    rewards, has_reward = gather_rewards(exps)
+    assert rewards.dtype == torch.float64
+    assert has_reward.tolist() == [i % 3 != 0 for i in range(len(exps))]
+    assert [r for r, h in zip(rewards.tolist(), has_reward.tolist(), strict=True) if h] == [
+        float(i) for i in range(len(exps)) if i % 3
+    ]
+    assert rewards[~has_reward].isnan().all()
 
 
 def _assert_same_experience(a: Experience, b: Experience) -> None:

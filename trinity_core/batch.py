@@ -37,8 +37,10 @@ __all__ = [
     "gather_action_masks",
     "gather_attention_masks",
     "gather_group_index",
+    "gather_group_indices",
     "gather_multi_modal_inputs",
     "gather_response_attrs",
+    "gather_rewards",
     "gather_token_ids",
 ]
 
@@ -373,20 +375,50 @@ def _contiguous_int_codes(tasks: list[Any]) -> tuple[Tensor, list[int]] | None:
     (then the general :func:`_factorize` numbers them). Ints equal as values share a run, as they share a
     dict key in :func:`_factorize`.
     """
-    if not tasks:
+    values = _int_tensor(tasks)
+    return None if values is None else _contiguous_codes(values)
+
+
+def _int_tensor(values: list[Any]) -> Tensor | None:
+    """``values`` as int64 (through ``array``), or None when empty or some value is not an int64."""
+    if not values:
         return None
     try:
-        values = torch.frombuffer(array("q", tasks), dtype=torch.int64)
+        return torch.frombuffer(array("q", values), dtype=torch.int64)
     except (TypeError, OverflowError):
         return None
+
+
+def _contiguous_codes(values: Tensor) -> tuple[Tensor, list[int]] | None:
+    """Codes numbering the runs of equal ``values`` (N,) by first appearance, and each run's first index.
+
+    None when some value comes back after another one: then runs are not groups.
+    """
     new_run = values[1:] != values[:-1]
     heads = torch.cat((torch.zeros(1, dtype=torch.int64), new_run.nonzero().flatten() + 1))
     head_values = values[heads]
     if torch.unique(head_values).numel() != head_values.numel():
         return None
-    codes = torch.zeros(len(tasks), dtype=torch.int64)
+    codes = torch.zeros(values.shape[0], dtype=torch.int64)
     torch.cumsum(new_run, 0, out=codes[1:])
     return codes, heads.tolist()
+
+
+def _contiguous_sub_codes(
+    task_codes: Tensor, num_tasks: int, values: list[Any]
+) -> tuple[Tensor, list[int]] | None:
+    """:func:`_contiguous_codes` of the ``(task, value)`` pairs for integer ``values`` (run or step numbers).
+
+    None when a value is not an int, the pairs do not fit one int64 key, or they are not contiguous.
+    """
+    numbers = _int_tensor(values)
+    if numbers is None:
+        return None
+    low, high = int(numbers.min()), int(numbers.max())
+    span = high - low + 1
+    if num_tasks * span >= 1 << 62:
+        return None
+    return _contiguous_codes(task_codes * span + (numbers - low))
 
 
 def _group_columns(
@@ -397,7 +429,8 @@ def _group_columns(
     Factorizes raw ``(batch, task)`` tuples first (cheap hashing) and renders ``tid`` only once per
     distinct tuple, merging tuples that render alike (``task=3`` and ``task="3"`` are one task, as in
     :class:`~trinity_core.experience.EID`); ``rid`` / ``sid`` extend the task's id by the escaped run /
-    step, exactly as the EID properties do.
+    step, exactly as the EID properties do. Integer ids in contiguous runs (as rollouts produce them)
+    are numbered with tensor ops (:func:`_contiguous_codes`), anything else through dicts.
     """
     task_codes, task_tuples = _task_factorize(eids)
     # EID.tid of each distinct tuple, rendered directly (no EID object per task)
@@ -406,8 +439,7 @@ def _group_columns(
     # Distinct tuples nearly always render distinctly: then the codes are already the tid codes.
     if isinstance(task_codes, Tensor):
         task_tensor = task_codes if len(tid_names) == len(tids) else _int64(tid_codes)[task_codes]
-        needs_list = "run" in levels or "step" in levels
-        task_index = task_tensor.tolist() if needs_list else []
+        task_index: list[int] = []  # made from the tensor if a run or step level needs it
     else:
         task_index = (
             task_codes if len(tid_names) == len(tids) else list(map(tid_codes.__getitem__, task_codes))
@@ -421,7 +453,21 @@ def _group_columns(
     for level, attr in (("run", "run"), ("step", "step")):
         if level not in levels:
             continue
-        codes, uniques = _factorize(list(zip(task_index, map(attrgetter(attr), eids), strict=True)))
+        values = list(map(attrgetter(attr), eids))
+        # Pairs in contiguous runs (a run's steps next to each other): distinct (task, int) pairs render
+        # distinctly, so the run codes are the group codes; an int needs no escaping.
+        runs = _contiguous_sub_codes(task_tensor, len(tid_names), values)
+        if runs is not None:
+            codes_t, heads = runs
+            index[level] = codes_t
+            keys[level] = [
+                f"{tid_names[task]}/{values[i]}"
+                for task, i in zip(task_tensor[heads].tolist(), heads, strict=True)
+            ]
+            continue
+        if not task_index:
+            task_index = task_tensor.tolist()
+        codes, uniques = _factorize(list(zip(task_index, values, strict=True)))
         names: list[str] = []
         remap: list[int] = []
         seen: dict[str, int] = {}
@@ -447,8 +493,29 @@ def gather_group_index(
         raise ValueError(
             f"gather_group_index: unknown group level {level!r}; choose from {list(GROUP_LEVELS)}"
         )
-    index, keys = _group_columns(list(map(_EID, experiences)), (level,))
+    index, keys = gather_group_indices(experiences, (level,))
     return index[level], keys[level]
+
+
+def gather_group_indices(
+    experiences: Sequence[Experience], levels: Collection[GroupLevel] = GROUP_LEVELS
+) -> tuple[dict[str, Tensor], dict[str, list[str]]]:
+    """:func:`gather_group_index` for several ``levels`` at once (the EIDs are read once).
+
+    Returns ``ExperienceBatch.group_index`` and ``group_keys`` restricted to ``levels``.
+    """
+    unknown = [level for level in levels if level not in GROUP_LEVELS]
+    if unknown:
+        raise ValueError(
+            f"gather_group_indices: unknown group levels {unknown}; choose from {list(GROUP_LEVELS)}"
+        )
+    return _group_columns(list(map(_EID, experiences)), levels)
+
+
+def gather_rewards(experiences: Sequence[Experience]) -> tuple[Tensor, Tensor]:
+    """``(rewards, has_reward)``: ``ExperienceBatch.rewards`` (float64, NaN where a reward is None) and
+    ``has_reward`` (bool), without a batch."""
+    return _reward_columns(list(map(_REWARD, experiences)))
 
 
 _BATCH_COLUMNS: frozenset[str] = frozenset(("input_ids", *BATCH_RESPONSE_FIELDS))

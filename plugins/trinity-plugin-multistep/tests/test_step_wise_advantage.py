@@ -15,6 +15,7 @@ from multistep_support import make_runs, python_step_wise, scores
 from trinity_plugin_multistep import StepWiseGRPOAdvantageFn
 
 from trinity_core.batch import ExperienceBatch
+from trinity_core.components.advantage import GroupComputation
 from trinity_core.testing import count_host_syncs
 
 EPS = 1e-6
@@ -120,7 +121,8 @@ def test_both_paths_match_the_python_transcription(
 ) -> None:
     args = {"enable_step_norm": step_norm, "std_cal_level": level, "std_threshold": threshold}
     exps = make_runs(tasks, earlier_rewards=False)
-    random.Random(seed).shuffle(exps)
+    if seed % 2:  # shuffled (dict grouping) or in rollout order (contiguous runs: the tensor grouping)
+        random.Random(seed).shuffle(exps)
     expected = python_step_wise(exps, **args)
     fn = StepWiseGRPOAdvantageFn(**args)
     out_v, metrics_v = fn.process_vectorized(list(exps))
@@ -137,6 +139,49 @@ def test_both_paths_match_the_python_transcription(
         torch.testing.assert_close(
             torch.as_tensor(metrics_v[k]).double(), torch.as_tensor(metrics_p[k]).double(), rtol=1e-12, atol=0
         )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tasks=st.lists(st.lists(RUN, min_size=1, max_size=4), min_size=1, max_size=4),
+    seed=st.integers(0, 1000),
+    earlier_rewards=st.booleans(),
+    step_norm=st.booleans(),
+    threshold=st.sampled_from([None, 0.6]),
+)
+def test_list_path_is_process_batch_on_the_batch(
+    tasks: list, seed: int, earlier_rewards: bool, step_norm: bool, threshold: float | None
+) -> None:
+    # The list path builds no batch; it must give bitwise what the batch path gives (columnar_equivalent).
+    exps = make_runs(tasks, earlier_rewards=earlier_rewards)
+    if seed % 2:
+        random.Random(seed).shuffle(exps)
+    fn = StepWiseGRPOAdvantageFn(enable_step_norm=step_norm, std_threshold=threshold)
+    assert fn.columnar_equivalent()
+    out_list, metrics_list = fn.process_vectorized(list(exps))
+    got = [(e.eid.uid, e.advantages.clone(), e.returns.clone()) for e in out_list]
+    out_batch, metrics_batch = GroupComputation.process_vectorized(fn, list(exps))
+    assert [uid for uid, _, _ in got] == [e.eid.uid for e in out_batch]
+    for (_, advantages, returns), exp in zip(got, out_batch, strict=True):
+        assert torch.equal(advantages.view(torch.int32), exp.advantages.view(torch.int32))
+        assert torch.equal(returns.view(torch.int32), exp.returns.view(torch.int32))
+    assert metrics_list.keys() == metrics_batch.keys()
+    for key in metrics_list:
+        torch.testing.assert_close(
+            torch.as_tensor(metrics_list[key]), torch.as_tensor(metrics_batch[key]), rtol=0, atol=0
+        )
+
+
+def test_a_subclass_with_its_own_process_batch_takes_the_batch_path() -> None:
+    class Halved(StepWiseGRPOAdvantageFn):
+        def process_batch(self, batch: ExperienceBatch) -> tuple[torch.Tensor, dict, torch.Tensor]:
+            advantages, metrics, keep = super().process_batch(batch)
+            return advantages / 2, metrics, keep
+
+    exps = make_runs([[(1.0, 2), (0.0, 2)]])
+    assert not Halved().columnar_equivalent()
+    halved = scores(Halved().process(list(exps))[0])
+    assert torch.equal(halved * 2, scores(StepWiseGRPOAdvantageFn().process(list(exps))[0]))
 
 
 def test_numeric_core_has_no_host_sync_and_runs_on_meta() -> None:

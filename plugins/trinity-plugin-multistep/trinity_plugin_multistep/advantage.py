@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import math
+from array import array
+from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from pydantic import Field
 from torch import Tensor
 
+from trinity_core.batch import gather_group_indices, gather_rewards
 from trinity_core.components import ComponentArgs, GroupAdvantage, Metrics, write_advantages
+from trinity_core.components.advantage import GroupComputation, grouped_order
 from trinity_core.experience import Experience, group_by
 from trinity_core.ops import group_stats
 from trinity_plugin_multistep.kernel import ZERO_STD_RTOL, last_step_mask, step_wise_scores
@@ -62,6 +67,22 @@ def _finite_reward(exp: Experience, where: str) -> float:
             "last step of every run needs a finite reward (it is broadcast to the earlier steps)"
         )
     return float(reward)
+
+
+_EXPERIENCE_TYPE = attrgetter("experience_type")
+_EID = attrgetter("eid")
+_STEP = attrgetter("step")
+
+
+def _step_numbers(exps: Sequence[Experience]) -> Tensor:
+    """``(N,)`` int64 ``eid.step`` of each experience (through ``array``, ~2x faster than a list)."""
+    eids = list(map(_EID, exps))
+    if not eids:
+        return torch.zeros(0, dtype=torch.int64)
+    try:
+        return torch.frombuffer(array("q", map(_STEP, eids)), dtype=torch.int64)
+    except (TypeError, OverflowError):  # not an int: torch.tensor's conversion and its error
+        return torch.tensor(list(map(_STEP, eids)), dtype=torch.int64)
 
 
 class StepWiseGRPOAdvantageFn(GroupAdvantage):
@@ -191,7 +212,7 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
         """
         if not batch.rewards_are_finite():
             self.validate_last_rewards(batch.experiences)
-        steps = torch.tensor([e.eid.step for e in batch.experiences], dtype=torch.int64)
+        steps = _step_numbers(batch.experiences)
         return self.scores_from_tensors(
             batch.rewards,
             batch.group_index["task"],
@@ -200,6 +221,41 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
             batch.num_groups["run"],
             steps,
         )
+
+    def columnar_equivalent(self) -> bool:
+        """True unless a subclass replaces :meth:`process`, :meth:`process_vectorized` or
+        :meth:`process_batch`: the list path is then :meth:`process_batch` on the list's columns."""
+        cls = type(self)
+        return (
+            cls.process is GroupComputation.process
+            and cls.process_vectorized is StepWiseGRPOAdvantageFn.process_vectorized
+            and cls.process_batch is StepWiseGRPOAdvantageFn.process_batch
+        )
+
+    def process_vectorized(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
+        """What :meth:`process_batch` computes, from the list without building a batch.
+
+        Reads the rewards (:func:`~trinity_core.batch.gather_rewards`), the task and run indices
+        (:func:`~trinity_core.batch.gather_group_indices`) and the step numbers, then writes the
+        advantages back and groups the output. DPO pairs (rejected there) and subclasses with their own
+        :meth:`process_batch` take the batch path.
+        """
+        if len(exps) == 0:
+            return [], {}
+        if type(self).process_batch is not StepWiseGRPOAdvantageFn.process_batch or "dpo" in map(
+            _EXPERIENCE_TYPE, exps
+        ):
+            return super().process_vectorized(exps)
+        exps = list(exps)
+        rewards, _ = gather_rewards(exps)
+        if not bool(torch.isfinite(rewards).all()):  # host-side list path: a CPU tensor
+            self.validate_last_rewards(exps)
+        index, keys = gather_group_indices(exps, ("task", "run"))
+        advantages, metrics, keep = self.scores_from_tensors(
+            rewards, index["task"], len(keys["task"]), index["run"], len(keys["run"]), _step_numbers(exps)
+        )
+        write_advantages(exps, advantages)
+        return grouped_order(exps, index["task"], keep if self.std_threshold is not None else None), metrics
 
     def validate_last_rewards(self, exps: list[Experience]) -> None:
         """Raise the per-group path's error when the last step of some run has no finite reward."""
