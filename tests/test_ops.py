@@ -256,6 +256,28 @@ def test_masked_mean_sum_var_match_numpy(data: tuple[np.ndarray, np.ndarray]) ->
         assert masked_var(tx, tm, unbiased=bool(ddof)).tolist() == pytest.approx(expected, rel=1e-9, abs=1e-6)
 
 
+@FAST
+@given(
+    shape=st.tuples(st.integers(1, 40), st.integers(1, 600)),
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
+def test_masked_mean_dtype_is_the_mean_of_the_converted_values(
+    shape: tuple[int, int], seed: int, dtype: torch.dtype
+) -> None:
+    # Summing in float64 without a float64 copy must give exactly the mean of the float64 copy.
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=gen) * 10).to(dtype)
+    m = torch.rand(shape, generator=gen) > 0.3
+    got = masked_mean(x, m, dim=-1, dtype=torch.float64)
+    assert got.dtype == torch.float64
+    assert torch.equal(got, masked_mean(x.to(torch.float64), m, dim=-1))
+    golden = torch.tensor([[1.5, 2.25, 8.0]], dtype=dtype)
+    assert masked_mean(golden, torch.tensor([[True, True, False]]), dim=-1, dtype=torch.float64).tolist() == [
+        1.875
+    ]
+
+
 @st.composite
 def _groups(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     n = draw(st.integers(1, 40))

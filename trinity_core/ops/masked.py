@@ -5,8 +5,9 @@ Every function selects elements with a boolean ``mask`` (any non-zero value coun
 reaches neither the result nor the gradient (multiplying by the mask would give ``0 * nan = nan``).
 
 Nothing here synchronises with the host: no ``.item()``, no Python ``bool`` of a tensor, no branching on
-tensor values. Results live on the device and in the floating dtype of ``x``. Empty selections have
-documented finite results instead of raising, unlike the reference's ``masked_var`` (defect 16).
+tensor values. Results live on the device and in the floating dtype of ``x`` (or the ``dtype`` asked
+for). Empty selections have documented finite results instead of raising, unlike the reference's
+``masked_var`` (defect 16).
 """
 
 from __future__ import annotations
@@ -50,14 +51,16 @@ def masked_sum(x: Tensor, mask: Tensor, dim: Dim = None) -> Tensor:
     return _select(x, m).sum(dim=dim)
 
 
-def masked_mean(x: Tensor, mask: Tensor, dim: Dim = None) -> Tensor:
+def masked_mean(x: Tensor, mask: Tensor, dim: Dim = None, dtype: torch.dtype | None = None) -> Tensor:
     """Mean of the selected elements: ``Σ_{m=1} x / max(Σ m, 1)`` over ``dim``.
 
     An empty selection (all masked) gives exactly ``0``, not NaN. Unlike the reference, no ``1e-8`` is
-    added to the count, so the mean of selected elements is exact.
+    added to the count, so the mean of selected elements is exact. ``dtype`` (default: ``x``'s) is the
+    dtype of the sum and the result: ``masked_mean(x, m, dtype=torch.float64)`` is the float64 mean of a
+    float32 ``x`` without a float64 copy of it.
     """
     m = _as_bool_mask(x, mask, "masked_mean")
-    total = _select(x, m).sum(dim=dim)
+    total = _select(x, m).sum(dim=dim, dtype=dtype)
     return total / _count(m, dim, total.dtype).clamp_min(1)
 
 
