@@ -349,7 +349,7 @@ def _task_factorize(eids: Sequence[EID]) -> tuple[list[int] | Tensor, list[tuple
     When every ``batch`` is the same int or str (one explorer step, the usual case), only the tasks are
     factorized: no tuple per experience. Equal values of one such type render alike, so the tids match.
     Integer tasks in contiguous runs (each task's experiences next to each other, as rollouts produce
-    them) are numbered with tensor ops instead of a dict (:func:`_contiguous_int_codes`).
+    them) are numbered with tensor ops instead of a dict (:func:`_contiguous_codes`).
     """
     batches = list(map(_BATCH, eids))
     first = batches[0] if batches else None
@@ -359,24 +359,14 @@ def _task_factorize(eids: Sequence[EID]) -> tuple[list[int] | Tensor, list[tuple
         and len(set(map(type, batches))) == 1
     ):
         tasks = list(map(_TASK, eids))
-        runs = _contiguous_int_codes(tasks)
+        values = _int_tensor(tasks)  # ints equal as values share a run, as they share a dict key below
+        runs = None if values is None else _contiguous_codes(values)
         if runs is not None:
             codes_t, heads = runs
             return codes_t, [(first, tasks[i]) for i in heads]
         codes, uniques = _factorize(tasks)
         return codes, [(first, task) for task in uniques]
     return _factorize(list(zip(batches, map(_TASK, eids), strict=True)))
-
-
-def _contiguous_int_codes(tasks: list[Any]) -> tuple[Tensor, list[int]] | None:
-    """First-appearance codes of integer ``tasks`` that form contiguous runs, and each run's first index.
-
-    None when a task is not an int (``array`` refuses it) or some task comes back after another one
-    (then the general :func:`_factorize` numbers them). Ints equal as values share a run, as they share a
-    dict key in :func:`_factorize`.
-    """
-    values = _int_tensor(tasks)
-    return None if values is None else _contiguous_codes(values)
 
 
 def _int_tensor(values: list[Any]) -> Tensor | None:
