@@ -10,6 +10,17 @@ from hypothesis import strategies as st
 from trinity_core.experience import Experience
 from trinity_core.train.rollout import Rollout
 
+#: The ``model`` section of the tests' training configs: a one-layer model of width 16, seconds per run.
+TINY_MODEL = {
+    "config": {
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 1,
+    }
+}
+
 #: ``(G, rows)``: a group size and ``rows`` of ``(prompt length, response length, reward or None)``, a
 #: whole number of groups.
 ROLLOUT_CASES = st.integers(1, 4).flatmap(

@@ -13,6 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rollout_support import TINY_MODEL
 
 from trinity_core import registry
 from trinity_core.config import ConfigError, resolve_config
@@ -30,15 +31,7 @@ TINY = {
     "rollout": {"prompts_per_step": 2},
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},
     "tasks": {"eval_size": 4},
-    "model": {
-        "config": {
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 2,
-            "num_hidden_layers": 1,
-        }
-    },
+    "model": TINY_MODEL,
 }
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rollout_support import ROLLOUT_CASES, assert_same_experience, random_rollout
+from rollout_support import ROLLOUT_CASES, TINY_MODEL, assert_same_experience, random_rollout
 
 from trinity_core import registry
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch, LazyExperiences
@@ -35,15 +35,7 @@ TINY = {
     "rollout": {"prompts_per_step": 2},
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},
     "tasks": {"eval_size": 4},
-    "model": {
-        "config": {
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 2,
-            "num_hidden_layers": 1,
-        }
-    },
+    "model": TINY_MODEL,
 }
 
 
