@@ -306,6 +306,25 @@ def test_segment_stats_match_numpy_per_group(data: tuple[np.ndarray, np.ndarray,
 
 
 @FAST
+@given(_groups())
+def test_segment_stats_without_mask_are_those_of_an_all_true_mask(
+    data: tuple[np.ndarray, np.ndarray, np.ndarray, int],
+) -> None:
+    # No mask skips the selects; the sums must run over the same elements in the same order (same bits).
+    values, index, _, num_groups = data
+    v, idx = torch.from_numpy(values), torch.from_numpy(index)
+    plain = group_stats(v, idx, num_groups)
+    masked = group_stats(v, idx, num_groups, torch.ones(idx.shape, dtype=torch.bool))
+    for field in ("count", "mean", "std_unbiased", "std_biased"):
+        assert torch.equal(getattr(plain, field), getattr(masked, field)), field
+    assert torch.equal(segment_sum(v, idx, num_groups), segment_sum(v, idx, num_groups, torch.ones_like(idx)))
+    for g in range(num_groups):
+        sel = values[index == g]
+        assert plain.count[g].tolist() == sel.size
+        assert plain.mean[g].tolist() == pytest.approx(sel.mean() if sel.size else 0.0, abs=1e-9)
+
+
+@FAST
 @given(_groups(), st.randoms(use_true_random=False))
 def test_segment_stats_permutation_invariant(
     data: tuple[np.ndarray, np.ndarray, np.ndarray, int], rnd: random.Random

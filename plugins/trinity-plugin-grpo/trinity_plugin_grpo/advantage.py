@@ -300,7 +300,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
             std_cal_level=self.std_cal_level,
             logprob_means=logprob_means,
         )
-        singleton = ~s.group_valid[index]
+        singleton = ~s.group_valid.index_select(0, index)
         metrics = grpo_metrics(
             s.group_mean,
             s.group_std,

@@ -122,32 +122,34 @@ def grpo_scores(
         r = rank_corrected_rewards(rewards, index, num_groups, logprob_means, rank_penalty)
     else:
         r = rewards.to(torch.float64)
-    counts = segment_count(index, num_groups)
-    group_valid = counts > 1
-    member = group_valid[index]
-    stats = group_stats(r, index, num_groups, valid_mask=member)
+    # Statistics over every element, then singleton groups zeroed per group: a group of two or more
+    # has every element a member, so its sums run over the same elements in the same order as with a
+    # member mask (the same bits), without three per-element selects.
+    stats = group_stats(r, index, num_groups)
+    group_valid = stats.count > 1
+    group_mean = torch.where(group_valid, stats.mean, 0.0)
+    group_std = torch.where(group_valid, stats.std_unbiased, 0.0)
+    member = group_valid.index_select(0, index)
     scale = torch.zeros(num_groups, dtype=torch.float64, device=r.device).scatter_reduce(
-        0, index, torch.where(member, r.abs(), 0.0), reduce="amax"
+        0, index, r.abs(), reduce="amax"
     )
-    zero_var = stats.std_unbiased <= ZERO_STD_RTOL * scale
+    zero_var = group_std <= ZERO_STD_RTOL * scale
+    std = group_std.index_select(0, index)
     if std_cal_level == "batch":
         batch_std = group_stats(r, torch.zeros_like(index), 1, valid_mask=member).std_unbiased[0]
         sigma = batch_std
     else:  # not needed: skip the whole-batch pass
         batch_std = torch.full((), torch.nan, dtype=torch.float64, device=r.device)
-        sigma = stats.std_unbiased[index]
-    scores = (r - stats.mean[index]) / (sigma + epsilon)
-    active = member & ~zero_var[index]
+        sigma = std
+    scores = (r - group_mean.index_select(0, index)) / (sigma + epsilon)
+    active = (group_valid & ~zero_var).index_select(0, index)
     advantages = torch.where(active, scores, 0.0)
-    if std_threshold is None:
-        keep = torch.ones_like(member)
-    else:
-        keep = member & (stats.std_unbiased[index] > std_threshold)
+    keep = torch.ones_like(member) if std_threshold is None else member & (std > std_threshold)
     return GRPOScores(
         advantages=advantages,
         keep=keep,
-        group_mean=stats.mean,
-        group_std=stats.std_unbiased,
+        group_mean=group_mean,
+        group_std=group_std,
         group_valid=group_valid,
         batch_std=batch_std,
         rewards=r,
