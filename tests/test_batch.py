@@ -16,6 +16,7 @@ from trinity_core.batch import (
     all_finite,
     gather_action_masks,
     gather_attention_masks,
+    gather_group_codes,
     gather_group_index,
     gather_group_indices,
     gather_multi_modal_inputs,
@@ -190,6 +191,8 @@ def test_batch_groups_follow_group_by() -> None:
     # task ids: 1/a, 1/b (batch "1" and 1 render alike), 2/a%25%2F
     assert batch.group_index["task"].tolist() == [0, 1, 0, 0, 1, 2]
     assert batch.group_keys["task"] == ["1/a", "1/b", "2/a%25%2F"]
+    index, count = gather_group_codes(exps)
+    assert (index.tolist(), count) == ([0, 1, 0, 0, 1, 2], 3)
     assert batch.num_groups == {"task": 3, "run": 5, "step": 4}
     assert batch.group_sizes("task").tolist() == [3, 2, 1]
     for level in ("task", "run", "step"):
@@ -240,6 +243,9 @@ def test_group_index_numbers_tids_by_first_appearance(
         assert index.dtype == torch.int64
         assert index.tolist() == codes
         assert keys == list(expected)
+        index, count = gather_group_codes(exps, level)
+        assert index.dtype == torch.int64
+        assert (index.tolist(), count) == (codes, len(expected))
     batch_all = ExperienceBatch.from_experiences(exps)
     for level in ("task", "run", "step"):
         assert torch.equal(batch_all.group_index[level], gather_group_index(exps, level)[0])

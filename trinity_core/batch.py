@@ -36,6 +36,7 @@ __all__ = [
     "all_finite",
     "gather_action_masks",
     "gather_attention_masks",
+    "gather_group_codes",
     "gather_group_index",
     "gather_group_indices",
     "gather_multi_modal_inputs",
@@ -349,24 +350,39 @@ def _task_factorize(eids: Sequence[EID]) -> tuple[list[int] | Tensor, list[tuple
     When every ``batch`` is the same int or str (one explorer step, the usual case), only the tasks are
     factorized: no tuple per experience. Equal values of one such type render alike, so the tids match.
     Integer tasks in contiguous runs (each task's experiences next to each other, as rollouts produce
-    them) are numbered with tensor ops instead of a dict (:func:`_contiguous_codes`).
+    them) are numbered with tensor ops instead of a dict (:func:`_contiguous_task_runs`).
     """
     batches = list(map(_BATCH, eids))
+    if not _one_batch(batches):
+        return _factorize(list(zip(batches, map(_TASK, eids), strict=True)))
+    first = batches[0]
+    tasks = list(map(_TASK, eids))
+    runs = _contiguous_task_runs(tasks)
+    if runs is not None:
+        codes_t, heads = runs
+        return codes_t, [(first, tasks[i]) for i in heads.tolist()]
+    codes, uniques = _factorize(tasks)
+    return codes, [(first, task) for task in uniques]
+
+
+def _one_batch(batches: list[Any]) -> bool:
+    """True when ``batches`` are one int or one str value (then only the tasks tell groups apart)."""
     first = batches[0] if batches else None
-    if (
+    return (
         type(first) in (int, str)
         and batches.count(first) == len(batches)
         and len(set(map(type, batches))) == 1
-    ):
-        tasks = list(map(_TASK, eids))
-        values = _int_tensor(tasks)  # ints equal as values share a run, as they share a dict key below
-        runs = None if values is None else _contiguous_codes(values)
-        if runs is not None:
-            codes_t, heads = runs
-            return codes_t, [(first, tasks[i]) for i in heads]
-        codes, uniques = _factorize(tasks)
-        return codes, [(first, task) for task in uniques]
-    return _factorize(list(zip(batches, map(_TASK, eids), strict=True)))
+    )
+
+
+def _contiguous_task_runs(tasks: list[Any]) -> tuple[Tensor, Tensor] | None:
+    """Codes and run heads (:func:`_contiguous_codes`) of integer ``tasks`` in contiguous runs, else None.
+
+    Ints equal as values share a run, as they share a dict key in :func:`_factorize`; distinct ints
+    render distinct tids, so the runs are the task groups.
+    """
+    values = _int_tensor(tasks)
+    return None if values is None else _contiguous_codes(values)
 
 
 def _int_tensor(values: list[Any]) -> Tensor | None:
@@ -379,7 +395,7 @@ def _int_tensor(values: list[Any]) -> Tensor | None:
         return None
 
 
-def _contiguous_codes(values: Tensor) -> tuple[Tensor, list[int]] | None:
+def _contiguous_codes(values: Tensor) -> tuple[Tensor, Tensor] | None:
     """Codes numbering the runs of equal ``values`` (N,) by first appearance, and each run's first index.
 
     None when some value comes back after another one: then runs are not groups.
@@ -391,12 +407,12 @@ def _contiguous_codes(values: Tensor) -> tuple[Tensor, list[int]] | None:
         return None
     codes = torch.zeros(values.shape[0], dtype=torch.int64)
     torch.cumsum(new_run, 0, out=codes[1:])
-    return codes, heads.tolist()
+    return codes, heads
 
 
 def _contiguous_sub_codes(
     task_codes: Tensor, num_tasks: int, values: list[Any]
-) -> tuple[Tensor, list[int]] | None:
+) -> tuple[Tensor, Tensor] | None:
     """:func:`_contiguous_codes` of the ``(task, value)`` pairs for integer ``values`` (run or step numbers).
 
     None when a value is not an int, the pairs do not fit one int64 key, or they are not contiguous.
@@ -452,7 +468,7 @@ def _group_columns(
             index[level] = codes_t
             keys[level] = [
                 f"{tid_names[task]}/{values[i]}"
-                for task, i in zip(task_tensor[heads].tolist(), heads, strict=True)
+                for task, i in zip(task_tensor[heads].tolist(), heads.tolist(), strict=True)
             ]
             continue
         if not task_index:
@@ -485,6 +501,27 @@ def gather_group_index(
         )
     index, keys = gather_group_indices(experiences, (level,))
     return index[level], keys[level]
+
+
+def gather_group_codes(experiences: Sequence[Experience], level: GroupLevel = "task") -> tuple[Tensor, int]:
+    """``(index, num_groups)``: :func:`gather_group_index` without the group ids, for callers that only
+    count groups.
+
+    With one ``batch`` value and integer tasks in contiguous runs (the order rollouts produce), the
+    task level renders no id at all; anything else is :func:`gather_group_index` and ``len(keys)``.
+    """
+    if level not in GROUP_LEVELS:
+        raise ValueError(
+            f"gather_group_codes: unknown group level {level!r}; choose from {list(GROUP_LEVELS)}"
+        )
+    eids = list(map(_EID, experiences))
+    if level == "task" and _one_batch(list(map(_BATCH, eids))):
+        runs = _contiguous_task_runs(list(map(_TASK, eids)))
+        if runs is not None:
+            codes, heads = runs
+            return codes, heads.numel()
+    index, keys = _group_columns(eids, (level,))
+    return index[level], len(keys[level])
 
 
 def gather_group_indices(

@@ -11,7 +11,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.batch import all_finite, gather_group_index
+from trinity_core.batch import all_finite, gather_group_codes
 from trinity_core.components import (
     ComponentArgs,
     GroupAdvantage,
@@ -325,7 +325,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
         """The vectorized path, then POLARIS duplication when enabled.
 
         Without ``rank_penalty`` only the rewards and the task index
-        (:func:`~trinity_core.batch.gather_group_index`) are read, so no batch is built: they go to
+        (:func:`~trinity_core.batch.gather_group_codes`) are read, so no batch is built: they go to
         :meth:`scores_from_tensors`, exactly what :meth:`process_batch` computes. DPO pairs (rejected
         there) and subclasses that override :meth:`process_batch` take the batch path.
         """
@@ -344,8 +344,8 @@ class GRPOGroupedAdvantage(GroupAdvantage):
             where = f"{type(self).name()} advantage"
             for exp in exps:
                 _finite_reward(exp, where)
-        index, keys = gather_group_index(exps, self.group_level)
-        advantages, metrics, keep = self.scores_from_tensors(_reward_tensor(raw), index, len(keys))
+        index, num_groups = gather_group_codes(exps, self.group_level)
+        advantages, metrics, keep = self.scores_from_tensors(_reward_tensor(raw), index, num_groups)
         write_advantages(exps, advantages)
         kept = grouped_order(exps, index, keep if self.std_threshold is not None else None)
         return self._refill(kept, len(exps), metrics)
