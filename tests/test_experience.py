@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 
 import pytest
 import torch
@@ -284,3 +286,16 @@ class TestSplitDPO:
             assert a.tokens.tolist() == b.tokens.tolist()
             assert a.prompt_length == b.prompt_length
             assert a.reward == b.reward
+
+
+def test_eid_is_slotted_and_still_copies_pickles_and_replaces() -> None:
+    eid = EID(batch=1, task="a/b", run=2, step=3)
+    assert not hasattr(eid, "__dict__")
+    with pytest.raises(AttributeError):
+        eid.note = "x"  # type: ignore[attr-defined]
+    for clone in (pickle.loads(pickle.dumps(eid)), copy.copy(eid), copy.deepcopy(eid)):
+        assert clone == eid
+        assert clone is not eid
+        assert clone.uid == "1/a%2Fb/2/3/" + eid.suffix
+    assert dataclasses.replace(eid, run=5).rid == "1/a%2Fb/5"
+    assert dataclasses.asdict(eid) == eid.to_dict()

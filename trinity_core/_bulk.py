@@ -3,7 +3,8 @@
 Both loops name every field of :class:`~trinity_core.experience.Experience` and
 :class:`~trinity_core.experience.EID` literally. Attribute access written out in the loop body is the
 fastest way CPython offers to touch thousands of objects: each load or store is specialised to the class's
-shared-key layout (``LOAD_ATTR_INSTANCE_VALUE`` / ``STORE_ATTR_INSTANCE_VALUE``), where
+layout (``LOAD_ATTR_INSTANCE_VALUE`` / ``STORE_ATTR_INSTANCE_VALUE`` for the experience's shared-key
+dict, ``LOAD_ATTR_SLOT`` / ``STORE_ATTR_SLOT`` for the slotted EID), where
 ``operator.attrgetter``, ``setattr`` or assigning a ready-made ``__dict__`` go through the generic,
 hashing attribute machinery (twice the time) and, for ``__dict__``, leave every object with a full dict
 that also costs more to free. An import-time check keeps the literal names in step with the dataclasses.

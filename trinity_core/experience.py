@@ -57,7 +57,7 @@ def escape_id_component(part: int | str) -> str:
     return text
 
 
-@dataclass
+@dataclass(slots=True)
 class EID:
     """Experience ID: identifies one experience and the groups it belongs to.
 
@@ -80,6 +80,9 @@ class EID:
     ``EID(batch=1, task="a/b")`` has ``tid == "1/a%2Fb"`` and can never collide with
     ``EID(batch="1/a", task="b")``. Integers and the string of the same integer give the same id
     (``task=3`` and ``task="3"`` are one task), which keeps ids stable across stores that keep ids as text.
+
+    Slotted: the five fields are stored in the object itself (grouping reads them from every experience
+    of a batch, one cache miss fewer each), so an EID takes no attributes beyond them.
     """
 
     batch: int | str = ""
