@@ -83,13 +83,16 @@ def _pad_rows(
 
     Two C++ calls on the data: ``cat`` of the rows, then ``masked_scatter_`` into a ``pad_value`` tensor
     under the mask of real entries (row-major, the order of ``cat``); ~6x faster than ``pad_sequence``
-    for a few hundred short rows.
+    for a few hundred short rows. Rows that all fill ``width`` are only concatenated.
     """
-    out = torch.full((len(rows), width), pad_value, dtype=dtype, device=device)
     if not rows:
-        return out
+        return torch.full((0, width), pad_value, dtype=dtype, device=device)
     cast = list(rows) if all(r.dtype == dtype for r in rows) else [r.to(dtype) for r in rows]
-    lengths = _int64(list(map(Tensor.numel, cast))).to(device)
+    sizes = list(map(Tensor.numel, cast))
+    if width > 0 and sizes.count(width) == len(sizes):  # no padding (equal lengths): one copy, no mask
+        return torch.cat(cast).to(device).view(len(sizes), width)
+    out = torch.full((len(rows), width), pad_value, dtype=dtype, device=device)
+    lengths = _int64(sizes).to(device)
     col = torch.arange(width, device=device)
     real = col < lengths[:, None] if side == "right" else col >= (width - lengths)[:, None]
     return out.masked_scatter_(real, torch.cat(cast).to(device))
