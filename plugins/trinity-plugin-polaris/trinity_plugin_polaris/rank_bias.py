@@ -29,7 +29,8 @@ ZERO_STD_RTOL: Final[float] = 1e-12
 
 def mean_logprob(logprobs: Tensor, mask: Tensor) -> Tensor:
     """``(N,)`` float64 masked mean log-prob of each row (0 for a row without action tokens)."""
-    return masked_mean(logprobs, mask, dim=-1, dtype=torch.float64)  # no float64 copy of the log-probs
+    # Sums in float64; on CPU masked_mean converts a block of rows at a time, never the whole tensor.
+    return masked_mean(logprobs, mask, dim=-1, dtype=torch.float64)
 
 
 def group_ranks(values: Tensor, index: Tensor, num_groups: int) -> Tensor:
