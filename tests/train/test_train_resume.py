@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trinity_core.hooks import get_plugin_manager
+from trinity_core.hooks import HookCallError, get_plugin_manager
 from trinity_core.hookspecs import hookimpl
 from trinity_core.train import train
 
@@ -71,8 +71,9 @@ def test_killed_and_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> Non
     crash = CrashAfter(3)
     pm.register(crash, name="crash-after-3")
     try:
-        with pytest.raises(Crash):
+        with pytest.raises(HookCallError, match="crash-after-3") as failure:
             train(CONFIG, run_dir=killed)
+        assert isinstance(failure.value.__cause__, Crash)
     finally:
         pm.unregister(name="crash-after-3")
     # Killed during step 3's aftermath: the last complete checkpoint is step 2, and a half-written
