@@ -27,7 +27,7 @@ from trinity_core.cli.main import main
 from trinity_core.config import ConfigError, resolve_config
 from trinity_core.experience import EID, Experience
 from trinity_core.hf import to_hf_datasets
-from trinity_core.hooks import get_plugin_manager
+from trinity_core.hooks import HookCallError, get_plugin_manager
 from trinity_core.hookspecs import hookimpl
 from trinity_core.train import train
 from trinity_core.train.model import build_char_tokenizer, load_policy
@@ -200,8 +200,9 @@ def test_killed_and_resumed_offline_run_matches_uninterrupted_run(tmp_path: Path
     pm = get_plugin_manager()
     pm.register(CrashAfter(3), name="offline-crash-after-3")
     try:
-        with pytest.raises(Crash):
+        with pytest.raises(HookCallError, match="offline-crash-after-3") as failure:
             train(config, run_dir=tmp_path / "killed")
+        assert isinstance(failure.value.__cause__, Crash)
     finally:
         pm.unregister(name="offline-crash-after-3")
     train(resume=tmp_path / "killed")

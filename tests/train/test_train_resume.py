@@ -9,16 +9,19 @@ from typing import Any
 
 import pytest
 import torch
+from reliability_driver import register_length_reward
 from safetensors.torch import load_file
 
-from trinity_core.hooks import get_plugin_manager
+from trinity_core.hooks import HookCallError, get_plugin_manager
 from trinity_core.hookspecs import hookimpl
 from trinity_core.train import train
 
 CONFIG: dict[str, Any] = {
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},
     "rollout": {"prompts_per_step": 4},
-    "tasks": {"eval_size": 0},
+    # Rewards that vary between responses, so that every step changes the weights (with exact_match a
+    # random model earns 0 everywhere: no update, and a resume that restored nothing would still match).
+    "tasks": {"eval_size": 0, "reward_fns": ["length_reward"]},
     "trainer": {
         "total_steps": 5,
         "checkpoint_every": 2,
@@ -63,6 +66,7 @@ def final_weights(run: Path) -> dict[str, torch.Tensor]:
 
 
 def test_killed_and_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> None:
+    register_length_reward()
     straight = tmp_path / "straight"
     train(CONFIG, run_dir=straight)
 
@@ -71,8 +75,9 @@ def test_killed_and_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> Non
     crash = CrashAfter(3)
     pm.register(crash, name="crash-after-3")
     try:
-        with pytest.raises(Crash):
+        with pytest.raises(HookCallError, match="crash-after-3") as failure:
             train(CONFIG, run_dir=killed)
+        assert isinstance(failure.value.__cause__, Crash)
     finally:
         pm.unregister(name="crash-after-3")
     # Killed during step 3's aftermath: the last complete checkpoint is step 2, and a half-written

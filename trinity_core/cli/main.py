@@ -24,6 +24,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(exc: Exception) -> str:
+    """A configuration error with a single problem on one line; several problems stay a list."""
+    from trinity_core.config import ConfigError
+
+    if isinstance(exc, ConfigError) and len(exc.problems) == 1:
+        where = f"{exc.source}: " if exc.source else ""
+        return f"{where}{exc.problems[0]}"
+    return str(exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``trinity`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
 
@@ -45,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(namespace))
     except (PluginError, ConfigError) as exc:
-        print(f"trinity: error: {exc}", file=sys.stderr)
+        if getattr(namespace, "debug", False):
+            raise
+        print(f"trinity: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (e.g. `trinity plugins list | head`): stop quietly, as the docs of the

@@ -34,19 +34,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     parser.add_argument("--profile", action="store_true", help="report the time split of a step")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (default: one line)"
+    )
     parser.set_defaults(func=cmd_train)
 
 
 def cmd_train(ns: argparse.Namespace) -> int:
-    """Train; print the summary. Exit 1 with a clear message on bad input."""
+    """Train; print the summary. Exit 1 with a one-line message on bad input or a failing environment."""
     from trinity_core.train.checkpoint import CheckpointError
     from trinity_core.train.loop import LaunchError
     from trinity_core.train.model import ModelLoadError
     from trinity_core.train.profile import format_profile
-    from trinity_core.train.run import RunDirError, train
+    from trinity_core.train.rewards import RewardError
+    from trinity_core.train.run import RunDirError, RunFinished, train
 
     overrides = list(ns.overrides)
-    if ns.no_progress and not ns.resume:  # a resumed run keeps its saved config
+    if ns.no_progress:
         overrides.append("trainer.progress=false")
     try:
         result = train(
@@ -57,7 +61,12 @@ def cmd_train(ns: argparse.Namespace) -> int:
             overwrite=ns.overwrite,
             profile=ns.profile,
         )
-    except (RunDirError, ModelLoadError, LaunchError, CheckpointError) as exc:
+    except RunFinished as exc:
+        print(f"trinity train: {exc}", file=sys.stderr)
+        return 0
+    except (RunDirError, ModelLoadError, LaunchError, CheckpointError, RewardError) as exc:
+        if ns.debug:
+            raise
         print(f"trinity train: error: {exc}", file=sys.stderr)
         return 1
     if result is None or int(os.environ.get("RANK", "0")) != 0:

@@ -14,7 +14,7 @@ from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.models import RunConfig
 from trinity_core.registry.args import validation_problems
 
-__all__ = ["load_config", "read_yaml"]
+__all__ = ["load_config", "read_yaml", "read_yaml_mapping"]
 
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
@@ -26,10 +26,37 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
         raise ConfigError(
             [ConfigProblem("", f"cannot read the file: {exc.strerror or exc}")], str(path)
         ) from None
+    except UnicodeDecodeError as exc:
+        problem = ConfigProblem(
+            "", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        )
+        raise ConfigError([problem], str(path)) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigProblem("", f"not valid YAML: {exc}")], str(path)) from None
+
+
+def read_yaml_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The YAML file at ``path`` as a mapping of sections (an empty file is ``{}``).
+
+    Raises:
+        ConfigError: the file is unreadable, not UTF-8, not YAML, or its top level is not a mapping.
+    """
+    data = read_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError([_not_a_mapping(data)], str(path))
+    return dict(data)
+
+
+def _not_a_mapping(data: Any) -> ConfigProblem:
+    return ConfigProblem(
+        "",
+        f"the top level must be a mapping of sections (algorithm:, trainer:, ...), got a "
+        f"{type(data).__name__}",
+    )
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | RunConfig) -> RunConfig:
@@ -51,8 +78,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | RunConfig) 
         if data is None:
             data = {}
     if not isinstance(data, Mapping):
-        problem = ConfigProblem("", f"the top level must be a mapping of sections, got {type(data).__name__}")
-        raise ConfigError([problem], label)
+        raise ConfigError([_not_a_mapping(data)], label)
     try:
         return RunConfig.model_validate(dict(data))
     except ValidationError as exc:

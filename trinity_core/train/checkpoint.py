@@ -7,20 +7,26 @@ Layout of ``<run_dir>/checkpoints``::
         optimizer.safetensors + optimizer.json   tensors / structure of the optimizer state
         state.json          step, scheduler, buffer state, task generator, python RNG
         rng-rank<r>.safetensors   torch RNG states of rank r (CPU, CUDA)
+        manifest.json       size and sha256 of every other file, recorded at commit
     latest                  name of the newest complete checkpoint
 
 A checkpoint is written into ``.tmp-step-000200`` and renamed into place only when complete, then
 ``latest`` is replaced atomically (``os.replace``). A kill at any moment leaves either the previous
 checkpoint or the new one as ``latest``, never a partial one; leftover ``.tmp-*`` directories are
-ignored and removed by the next save.
+ignored and removed by the next save. Damage after the commit (a truncated or deleted file, a disk
+error) is caught on resume by :func:`latest_checkpoint`, which checks the manifest and falls back to
+the newest intact checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +40,14 @@ __all__ = [
     "load_optimizer_state",
     "load_rng_state",
     "optimizer_state_tensors",
+    "read_metrics",
     "save_rng_state",
+    "verify_checkpoint",
     "write_json_atomic",
 ]
 
 LATEST = "latest"
+MANIFEST = "manifest.json"
 
 
 class CheckpointError(RuntimeError):
@@ -66,8 +75,56 @@ def begin(ckpt_root: Path, step: int) -> Path:
     return tmp
 
 
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    """Record the size and sha256 of every file of ``directory`` in its ``manifest.json``."""
+    files = {
+        p.name: {"size": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != MANIFEST
+    }
+    write_json_atomic(directory / MANIFEST, {"files": files})
+
+
+def verify_checkpoint(directory: Path) -> str | None:
+    """What is wrong with the checkpoint ``directory`` (one phrase), or ``None`` when it is intact.
+
+    Intact: ``manifest.json`` is readable, every file it lists has the recorded size and sha256, and
+    ``state.json`` is a JSON object.
+    """
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
+    except FileNotFoundError:
+        return f"no {MANIFEST} (written by an older trinity, or damaged)"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{MANIFEST} is unreadable ({exc})"
+    for name, record in files.items():
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != record["size"]:
+            return f"{name} has {size} bytes, {record['size']} were written"
+        if _sha256(path) != record["sha256"]:
+            return f"{name} does not match its recorded sha256"
+    try:
+        state = json.loads((directory / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"state.json is unreadable ({exc})"
+    if not isinstance(state, dict):
+        return "state.json is not a JSON object"
+    return None
+
+
 def commit(ckpt_root: Path, tmp: Path, step: int, keep: int) -> Path:
-    """Rename ``tmp`` into place, point ``latest`` at it, drop old checkpoints beyond ``keep``."""
+    """Record the manifest of ``tmp``, rename it into place, point ``latest`` at it, drop old checkpoints
+    beyond ``keep``."""
+    write_manifest(tmp)
     final = ckpt_root / step_dir_name(step)
     if final.exists():
         shutil.rmtree(final)
@@ -84,16 +141,62 @@ def commit(ckpt_root: Path, tmp: Path, step: int, keep: int) -> Path:
     return final
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint of ``run_dir`` (``latest`` pointer, else the highest step)."""
+def _warn(message: str) -> None:
+    print(f"trinity train: warning: {message}", file=sys.stderr)
+
+
+def latest_checkpoint(run_dir: Path, warn: Callable[[str], None] = _warn) -> Path | None:
+    """The newest intact checkpoint of ``run_dir`` (``latest`` first, then by step, newest first).
+
+    A damaged checkpoint (see :func:`verify_checkpoint`) is skipped with a call to ``warn`` naming it,
+    what is wrong and the checkpoint used instead.
+
+    Raises:
+        CheckpointError: checkpoints exist but none is intact.
+    """
     root = run_dir / "checkpoints"
+    candidates = sorted((p for p in root.glob("step-*") if p.is_dir()), reverse=True)
     pointer = root / LATEST
     if pointer.exists():
-        target = root / pointer.read_text(encoding="utf-8").strip()
-        if (target / "state.json").exists():
-            return target
-    complete = sorted(p for p in root.glob("step-*") if (p / "state.json").exists())
-    return complete[-1] if complete else None
+        named = root / pointer.read_text(encoding="utf-8").strip()
+        if named in candidates:  # normally the newest; after a kill between rename and pointer, not
+            candidates.remove(named)
+            candidates.insert(0, named)
+    damaged: list[str] = []
+    for path in candidates:
+        problem = verify_checkpoint(path)
+        if problem is None:
+            if damaged:
+                warn(f"{'; '.join(damaged)}; resuming from {path.name} instead")
+            return path
+        damaged.append(f"checkpoint {path} is damaged: {problem}")
+    if damaged:
+        raise CheckpointError(
+            f"{'; '.join(damaged)}; no intact checkpoint is left in {root}: start a new run (--overwrite)"
+        )
+    return None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl``; a last line cut short by a crash is left out.
+
+    Raises:
+        CheckpointError: a line other than the last is not JSON (the file was damaged, not cut short).
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if number == len(lines):
+                break  # a kill while the row was being written
+            raise CheckpointError(
+                f"{path}: line {number} is not JSON; delete the line (or the file) and resume again"
+            ) from None
+    return rows
 
 
 def optimizer_state_tensors(state: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]]:

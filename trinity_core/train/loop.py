@@ -269,12 +269,14 @@ class Trainer:
         self.policy = accelerator.unwrap_model(self.model)
         self.ref = ref.to(accelerator.device) if ref is not None else None
         self.profiler = StepProfiler(profile, accelerator.device)
-        self.event_loop = asyncio.new_event_loop()
         self.start_step = 0
         self.history: list[dict[str, float]] = []
         self.select_keys_check()
         if resume:
             self._load_checkpoint()
+        # Made last, so that a check above that fails leaves no loop behind; whoever runs the trainer
+        # closes it (an unclosed loop collected at exit prints "Exception ignored in ... __del__").
+        self.event_loop = asyncio.new_event_loop()
 
     # ------------------------------------------------------------------ one step
 
@@ -697,7 +699,7 @@ class Trainer:
         path = self.run_dir / "metrics.jsonl"
         if not path.exists():
             return self.history
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return ckpt.read_metrics(path)
 
     @torch.no_grad()
     def evaluate(self) -> float | None:

@@ -99,6 +99,8 @@ def read_experiences(
 
         try:
             dataset = load_from_disk(str(directory))
+        except IndexError:  # what `datasets` raises for a dataset saved with no rows (no shards)
+            raise _problem(f"{directory} holds no experiences") from None
         except (FileNotFoundError, ValueError) as exc:
             raise _problem(f"{directory}: not a dataset saved with save_to_disk ({exc})") from None
         if isinstance(dataset, DatasetDict):

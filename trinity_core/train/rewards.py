@@ -15,12 +15,18 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["RewardFn", "combine_rewards", "exact_match", "load_reward_fns", "required_fields"]
+__all__ = ["RewardError", "RewardFn", "combine_rewards", "exact_match", "load_reward_fns", "required_fields"]
 
 RewardFn = Callable[..., Sequence[float | None]]
+
+
+class RewardError(ValueError):
+    """A reward function failed or returned something other than one finite float (or None) per
+    completion."""
 
 
 def exact_match(
@@ -66,6 +72,25 @@ def load_reward_fns(names: Sequence[str], args: Mapping[str, Mapping[str, Any]])
     return fns
 
 
+def _value(name: str, value: Any, index: int, prompt: str, completion: str) -> float | None:
+    """``value`` as a float (``None`` kept); anything but a finite real number is a :class:`RewardError`."""
+    if value is None:
+        return None
+    where = f"completion {index} ({completion!r} for prompt {prompt!r})"
+    if not isinstance(value, numbers.Real):
+        raise RewardError(
+            f"reward function {name!r} returned {value!r} ({type(value).__name__}) for {where}; return a "
+            "float, or None for 'not applicable'"
+        )
+    number = float(value)
+    if not math.isfinite(number):
+        raise RewardError(
+            f"reward function {name!r} returned {number} for {where}; return a finite float, or None for "
+            "'not applicable'"
+        )
+    return number
+
+
 def combine_rewards(
     fns: Sequence[RewardFn],
     weights: Sequence[float],
@@ -77,24 +102,34 @@ def combine_rewards(
     """Weighted sum of the applicable rewards per response (``None`` when no function applies).
 
     Raises:
-        ValueError: a function returned the wrong number of values, or a NaN / infinite value.
+        RewardError: a function raised, returned the wrong number of values, or a value that is not a
+            finite real number or ``None`` (a string, NaN, infinity).
     """
     total: list[float | None] = [None] * len(completions)
     for fn, weight, name in zip(fns, weights, names, strict=True):
-        values = list(fn(prompts, completions, **fields))
-        if len(values) != len(completions):
-            raise ValueError(
-                f"reward function {name!r} returned {len(values)} values for {len(completions)} completions"
+        try:
+            returned = fn(prompts, completions, **fields)
+        except Exception as exc:
+            # A user's function failed: name it; the traceback stays on the chain for --debug.
+            raise RewardError(
+                f"reward function {name!r} raised {type(exc).__name__}: {exc}; fix the function "
+                "(trinity train --debug shows the traceback)"
+            ) from exc
+        if isinstance(returned, str | bytes) or not isinstance(returned, Iterable):
+            raise RewardError(
+                f"reward function {name!r} returned {type(returned).__name__} {returned!r:.40}; return a "
+                "list with one float (or None) per completion"
             )
-        for i, v in enumerate(values):
+        values = list(returned)
+        if len(values) != len(completions):
+            raise RewardError(
+                f"reward function {name!r} returned {len(values)} values for {len(completions)} completions; "
+                "return one value per completion"
+            )
+        for i, raw in enumerate(values):
+            v = _value(name, raw, i, prompts[i], completions[i])
             if v is None:
                 continue
-            v = float(v)
-            if not math.isfinite(v):
-                raise ValueError(
-                    f"reward function {name!r} returned {v} for completion {completions[i]!r}; return a "
-                    "finite float, or None for 'not applicable'"
-                )
             prev = total[i]
             total[i] = weight * v if prev is None else prev + weight * v
     return total

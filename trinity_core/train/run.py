@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import importlib
 import os
 import shutil
@@ -19,13 +20,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, read_yaml, resolve_config
+from filelock import FileLock, Timeout
+
+from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, resolve_config
+from trinity_core.config.loading import read_yaml_mapping
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "RESUME_OVERRIDABLE",
     "RunDirError",
+    "RunFinished",
     "apply_overrides",
     "check_launch",
+    "lock_run_dir",
     "make_accelerator",
     "prepare_run_dir",
     "train",
@@ -53,10 +60,26 @@ character tokenizer learns the last digit of a+b with GRPO (16 responses per pro
 step, AdamW lr 3e-4, clip 0.2, grad-norm 1.0, no KL, token-mean), 800 steps, fully offline."""
 
 CONFIG_FILE = "config.yaml"
+LOCK_FILE = ".lock"
+"""Held (``filelock``) by the main process of the run writing the directory, for the run's lifetime."""
+
+RESUME_OVERRIDABLE = (
+    "trainer.total_steps",
+    "trainer.checkpoint_every",
+    "trainer.keep_checkpoints",
+    "trainer.progress",
+    "trainer.threads",
+)
+"""Keys ``--set`` may change on ``--resume``: none of them changes a step already trained."""
 
 
 class RunDirError(ValueError):
-    """The run directory cannot be used as asked (holds another run, or has nothing to resume)."""
+    """The run directory cannot be used as asked (holds another run, is in use, cannot be written, or
+    has nothing to resume)."""
+
+
+class RunFinished(RunDirError):
+    """``--resume`` of a run that already reached ``trainer.total_steps``: there is nothing to do."""
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -101,16 +124,63 @@ def _dump_yaml(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def _holds_files(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds anything besides the lock file."""
+    return run_dir.is_dir() and any(p.name != LOCK_FILE for p in run_dir.iterdir())
+
+
+def lock_run_dir(run_dir: Path) -> FileLock:
+    """Create ``run_dir`` if needed and take its lock (held until released), or raise :class:`RunDirError`.
+
+    The lock lives in the directory, so a second ``trinity train`` into the same directory fails here,
+    before it reads or writes anything there; a killed run's lock dies with its process.
+    """
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(run_dir / LOCK_FILE)
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunDirError(
+            f"run directory {run_dir} is in use by another trinity train (it holds {run_dir / LOCK_FILE}); "
+            "wait for that run to end, or choose another --run-dir"
+        ) from None
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (run_dir, *run_dir.parents) if p.exists() and not p.is_dir()), run_dir)
+        raise RunDirError(
+            f"run directory {run_dir} cannot be created: {blocker} is a file, not a directory; choose "
+            "another --run-dir"
+        ) from None
+    except OSError as exc:
+        raise RunDirError(
+            f"run directory {run_dir} cannot be written ({exc.strerror or exc}); make it writable or "
+            "choose another --run-dir"
+        ) from None
+    return lock
+
+
+def _release(lock: FileLock, run_dir: Path, remove_if_unused: bool) -> None:
+    """Release ``lock``; remove ``run_dir`` when this run created it and wrote nothing else into it."""
+    if remove_if_unused and not _holds_files(run_dir):
+        # Unlinked while still held, so that no other run can take a lock on a file about to vanish.
+        with contextlib.suppress(OSError):
+            (run_dir / LOCK_FILE).unlink()
+            run_dir.rmdir()
+    lock.release()
+
+
 def prepare_run_dir(
     run_dir: Path, config: ResolvedConfig, *, resume: bool, overwrite: bool, is_main: bool
 ) -> None:
-    """Create ``run_dir`` for a new run, or check it for ``resume``; refuse to clobber another run."""
+    """Create ``run_dir`` for a new run, or check it for ``resume``; refuse to clobber another run.
+
+    The main process holds the run directory's lock (:func:`lock_run_dir`) when it calls this.
+    """
     existing = run_dir / CONFIG_FILE
     if resume:
         if not existing.exists():
             raise RunDirError(f"--resume {run_dir}: no {CONFIG_FILE} there; is this a trinity run directory?")
         return
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if _holds_files(run_dir):
         if not overwrite:
             what = "a run" if existing.exists() else "files"
             raise RunDirError(
@@ -118,7 +188,13 @@ def prepare_run_dir(
                 "--overwrite to replace it, or choose another --run-dir"
             )
         if is_main:
-            shutil.rmtree(run_dir)
+            for child in run_dir.iterdir():
+                if child.name == LOCK_FILE:
+                    continue  # held by this run
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         _dump_yaml(run_dir / CONFIG_FILE, config.model_dump(mode="json"))
@@ -177,6 +253,77 @@ def default_run_dir(config: ResolvedConfig) -> Path:
     return Path("runs") / f"{config.tasks.name or 'last_digit'}-{config.algorithm.algorithm_type}-{stamp}"
 
 
+def _check_resume_overrides(overrides: Sequence[str]) -> None:
+    """Refuse ``--set`` keys that would change how the steps already trained were made."""
+    problems = [
+        ConfigProblem(
+            key,
+            "a resumed run keeps its saved config.yaml: changing this key would change the run already "
+            "trained",
+            hint=f"on --resume, --set accepts only {', '.join(RESUME_OVERRIDABLE)}",
+        )
+        for key in (item.partition("=")[0].strip() for item in overrides)
+        if key not in RESUME_OVERRIDABLE
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _hook_failure(exc: BaseException, pm: Any) -> Any | None:
+    """The hook implementation whose code raised ``exc`` (outermost such frame), if any."""
+    impls = {}
+    for name in dir(pm.hook):
+        caller = getattr(pm.hook, name)
+        if hasattr(caller, "get_hookimpls"):
+            for impl in caller.get_hookimpls():
+                code = getattr(impl.function, "__code__", None)
+                if code is not None:
+                    impls[code] = (name, impl)
+    tb = exc.__traceback__
+    while tb is not None:
+        found = impls.get(tb.tb_frame.f_code)
+        if found is not None:
+            return found
+        tb = tb.tb_next
+    return None
+
+
+def _where_to_continue(run_dir: Path) -> str:
+    """How to continue after a failure: from the last complete checkpoint, or from the start."""
+    from trinity_core.train.checkpoint import LATEST
+
+    pointer = run_dir / "checkpoints" / LATEST
+    if pointer.exists():
+        name = pointer.read_text(encoding="utf-8").strip()
+        return f"checkpoint {name} is intact: continue with trinity train --resume {run_dir}"
+    return f"no checkpoint was written yet: start again with --overwrite --run-dir {run_dir}"
+
+
+def _run(trainer: Any) -> Any:
+    """``trainer.train()``, with a failing disk or plugin hook reported as one line."""
+    from trinity_core.hooks import HookCallError
+
+    try:
+        return trainer.train()
+    except OSError as exc:
+        hint = "free disk space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "fix the cause"
+        file = f" ({exc.filename})" if exc.filename else ""
+        raise RunDirError(
+            f"{exc.strerror or exc} while writing run directory {trainer.run_dir}{file}; {hint}, then "
+            f"resume: {_where_to_continue(trainer.run_dir)}"
+        ) from exc
+    except Exception as exc:
+        failed = _hook_failure(exc, trainer.pm)
+        if failed is None:
+            raise
+        hook, impl = failed
+        done = int(trainer.history[-1]["step"]) if trainer.history else trainer.start_step
+        raise HookCallError(
+            f"{hook} of {trainer.pm.describe_impl(impl)} raised after step {done}: {exc!r}; fix or uninstall "
+            f"the plugin, then resume: {_where_to_continue(trainer.run_dir)}"
+        ) from exc
+
+
 def train(
     config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
     *,
@@ -186,36 +333,46 @@ def train(
     overwrite: bool = False,
     profile: bool = False,
 ) -> Any:
-    """Resolve the configuration, prepare the run directory and Accelerate, and train.
+    """Resolve the configuration, lock and prepare the run directory, set up Accelerate, and train.
 
     Args:
         config: a mapping or YAML path; ``None`` is :data:`DEFAULT_CONFIG`.
-        overrides: ``key.path=value`` strings applied on top.
+        overrides: ``key.path=value`` strings applied on top (with ``resume``: only the keys of
+            :data:`RESUME_OVERRIDABLE`, e.g. a larger ``trainer.total_steps`` to extend a finished run).
         run_dir: where the run is written (default :func:`default_run_dir`, or ``trainer.run_dir``).
-        resume: a run directory to continue from its last checkpoint (its saved config is used).
+        resume: a run directory to continue from its last intact checkpoint (its saved config is used).
         overwrite: replace an existing run directory.
         profile: time the parts of each step.
 
     Returns:
         :class:`~trinity_core.train.loop.TrainResult`.
+
+    Raises:
+        RunDirError: the run directory is in use, cannot be written, holds another run, or (resume)
+            holds no run; :class:`RunFinished` when a resumed run has no step left to train.
+        ConfigError: an invalid configuration, or ``--config`` / a ``--set`` that cannot change on resume.
     """
     from trinity_core.train.loop import Trainer
 
     if resume is not None:
-        if config is not None or overrides:
-            raise ConfigError(
-                [ConfigProblem("--resume", "a resumed run uses its saved config; drop --config/--set")]
-            )
         path = Path(resume)
+        if config is not None:
+            raise ConfigError(
+                [ConfigProblem("--config", "a resumed run uses its saved config.yaml; drop --config")]
+            )
+        if run_dir is not None and Path(run_dir).resolve() != path.resolve():
+            raise RunDirError(
+                f"--resume {path} continues that run in its own directory; drop --run-dir {run_dir}"
+            )
+        _check_resume_overrides(overrides)
         if not (path / CONFIG_FILE).exists():
             raise RunDirError(f"--resume {path}: no {CONFIG_FILE} there; is this a trinity run directory?")
-        data = read_yaml(path / CONFIG_FILE)
+        data = apply_overrides(read_yaml_mapping(path / CONFIG_FILE), overrides)
         run_path = path
     else:
-        data = DEFAULT_CONFIG if config is None else config
-        if not isinstance(data, Mapping):
-            data = read_yaml(data) or {}
-        data = apply_overrides(dict(data), overrides)
+        source = DEFAULT_CONFIG if config is None else config
+        base = dict(source) if isinstance(source, Mapping) else read_yaml_mapping(source)
+        data = apply_overrides(base, overrides)
         run_path = Path(run_dir) if run_dir is not None else None  # type: ignore[assignment]
     resolved = resolve_config(data)
     if run_path is None:
@@ -227,15 +384,34 @@ def train(
         holder = [str(run_path)]
         broadcast_object_list(holder)
         run_path = Path(holder[0])
-    if resume is None and run_path.exists() and any(run_path.iterdir()) and not overwrite:
-        prepare_run_dir(run_path, resolved, resume=False, overwrite=False, is_main=False)  # raises
-    # Everything that can fail on bad input (task, rewards, components, model) is built before the
-    # run directory is written.
-    trainer = Trainer(resolved, run_path, accelerator=acc, resume=resume is not None, profile=profile)
-    prepare_run_dir(
-        run_path, resolved, resume=resume is not None, overwrite=overwrite, is_main=acc.is_main_process
-    )
-    acc.wait_for_everyone()
-    if acc.log_with:
-        acc.init_trackers("trinity")
-    return trainer.train()
+    lock, created = None, False
+    if acc.is_main_process:
+        created = not run_path.exists()
+        lock = lock_run_dir(run_path)
+    trainer = None
+    try:
+        if resume is None and _holds_files(run_path) and not overwrite:
+            prepare_run_dir(run_path, resolved, resume=False, overwrite=False, is_main=False)  # raises
+        # Everything that can fail on bad input (task, rewards, components, model, checkpoint) is built
+        # before the run directory is written.
+        trainer = Trainer(resolved, run_path, accelerator=acc, resume=resume is not None, profile=profile)
+        if resume is not None and trainer.start_step >= trainer.total_steps:
+            raise RunFinished(
+                f"run {run_path} already trained {trainer.start_step} of trainer.total_steps = "
+                f"{trainer.total_steps} steps: nothing to do; to train further, add --set "
+                "trainer.total_steps=N with a larger N"
+            )
+        prepare_run_dir(
+            run_path, resolved, resume=resume is not None, overwrite=overwrite, is_main=acc.is_main_process
+        )
+        if resume is not None and overrides and acc.is_main_process:
+            _dump_yaml(run_path / CONFIG_FILE, data)  # a later --resume continues the extended run
+        acc.wait_for_everyone()
+        if acc.log_with:
+            acc.init_trackers("trinity")
+        return _run(trainer)
+    finally:
+        if trainer is not None:
+            trainer.event_loop.close()
+        if lock is not None:
+            _release(lock, run_path, remove_if_unused=created)

@@ -197,6 +197,10 @@ class DatasetTask(Task):
             raise TaskDataError("tasks.args.path: the dataset task needs path=<directory from save_to_disk>")
         try:
             data: Any = datasets.load_from_disk(self.path)
+        except IndexError:  # what `datasets` raises for a dataset saved with no rows (no shards)
+            raise TaskDataError(
+                f"tasks.args.path: dataset {self.path!r} is empty; give it at least one row"
+            ) from None
         except (FileNotFoundError, ValueError) as exc:
             raise TaskDataError(
                 f"tasks.args.path: cannot load a dataset from {self.path!r} ({exc}); write it with "
@@ -216,8 +220,16 @@ class DatasetTask(Task):
         if len(data) == 0:
             raise TaskDataError(f"tasks.args.path: dataset {self.path!r} split {split!r} is empty")
         rows: list[dict[str, Any]] = data.to_list()
-        for row in rows:
-            row["prompt"] = str(row.pop(self.prompt_field))
+        for index, row in enumerate(rows):
+            prompt = row.pop(self.prompt_field)
+            # str() would turn None into "None" and [1, 2] into "[1, 2]": train on text only.
+            if not isinstance(prompt, str) or not prompt:
+                raise TaskDataError(
+                    f"tasks.args.prompt_field: row {index} of dataset {self.path!r} split {split!r} has "
+                    f"{self.prompt_field} = {prompt!r:.40} ({type(prompt).__name__}); every prompt must be a "
+                    "non-empty string: fix or drop the row"
+                )
+            row["prompt"] = prompt
         return rows
 
     @property
