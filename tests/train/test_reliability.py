@@ -421,6 +421,20 @@ def test_resume_with_no_intact_checkpoint_is_one_line(
     )
 
 
+def test_a_checkpoint_from_before_manifests_resumes_with_a_warning(
+    cli: Callable[..., tuple[int, str]], run_copy: Path, finished_run: Path
+) -> None:
+    step2 = run_copy / "checkpoints" / "step-000002"
+    (step2 / "manifest.json").unlink()  # as written by trinity-core before checkpoints had manifests
+    code, err = cli("--resume", run_copy, "--set", "trainer.total_steps=3")
+    assert code == 0, err
+    assert one_line(err) == (
+        f"trinity train: warning: checkpoint {step2} has no manifest.json (written by an older "
+        "trinity-core): not verified"
+    )
+    assert metric_steps(run_copy) == [1.0, 2.0, 3.0]
+
+
 def test_a_truncated_last_metrics_line_is_cut_back(
     cli: Callable[..., tuple[int, str]], run_copy: Path
 ) -> None:
