@@ -56,10 +56,19 @@ class AlgorithmComponents:
         return self.entropy is not None
 
 
-def _make(kind: str, name: str | None, args: Mapping[str, Any] | None, **runtime: Any) -> Any:
+def _make(
+    kind: str, name: str | None, args: Mapping[str, Any] | None, mode: str | None, **runtime: Any
+) -> Any:
     if name in OFF:
         return None
-    return registry.create(kind, str(name), dict(args or {}), **runtime)
+    merged = dict(args or {})
+    # As trinity train's config: a global loss_agg_mode reaches every component with that argument,
+    # unless its own args set it.
+    if mode is not None and "loss_agg_mode" not in merged:
+        model = getattr(registry.resolve(kind, str(name)), "Args", None)
+        if model is not None and "loss_agg_mode" in getattr(model, "model_fields", {}):
+            merged["loss_agg_mode"] = mode
+    return registry.create(kind, str(name), merged, **runtime)
 
 
 def build_components(
@@ -89,7 +98,11 @@ def build_components(
         "entropy_loss_fn": entropy_loss_fn,
         "loss_agg_mode": loss_agg_mode,
     }
-    defaults: dict[str, Any] = {"policy_loss_fn": "ppo", "advantage_fn": "grpo", "loss_agg_mode": "token-mean"}
+    defaults: dict[str, Any] = {
+        "policy_loss_fn": "ppo",
+        "advantage_fn": "grpo",
+        "loss_agg_mode": "token-mean",
+    }
     if algorithm_type is not None:
         defaults.update(registry.resolve("algorithm", algorithm_type).default_config())
     names = {key: value if value is not None else defaults.get(key) for key, value in given.items()}
@@ -102,13 +115,20 @@ def build_components(
         merged.update(explicit or {})
         return merged
 
+    mode = names["loss_agg_mode"]
     return AlgorithmComponents(
         policy_loss=_make(
-            "policy_loss", names["policy_loss_fn"], args("policy_loss_fn", policy_loss_fn_args), backend="verl"
+            "policy_loss",
+            names["policy_loss_fn"],
+            args("policy_loss_fn", policy_loss_fn_args),
+            mode,
+            backend="verl",
         ),
-        advantage=_make("advantage_fn", names["advantage_fn"], args("advantage_fn", advantage_fn_args)),
-        kl_loss=_make("kl_fn", names["kl_loss_fn"], args("kl_loss_fn", kl_loss_fn_args)),
-        entropy=_make("entropy_loss", names["entropy_loss_fn"], args("entropy_loss_fn", entropy_loss_fn_args)),
+        advantage=_make("advantage_fn", names["advantage_fn"], args("advantage_fn", advantage_fn_args), None),
+        kl_loss=_make("kl_fn", names["kl_loss_fn"], args("kl_loss_fn", kl_loss_fn_args), mode),
+        entropy=_make(
+            "entropy_loss", names["entropy_loss_fn"], args("entropy_loss_fn", entropy_loss_fn_args), mode
+        ),
         loss_agg_mode=str(names["loss_agg_mode"]),
         names=names,
     )
@@ -160,7 +180,9 @@ def total_loss(
         terms.update({f"actor/{k}": v for k, v in kl_metrics.items() if k != "kl_coef"})
     if components.entropy is not None:
         if entropy is None:
-            raise ValueError(f"entropy loss {components.names['entropy_loss_fn']!r} needs per-token entropies")
+            raise ValueError(
+                f"entropy loss {components.names['entropy_loss_fn']!r} needs per-token entropies"
+            )
         ent_loss, ent_metrics = components.entropy(entropy, mask, loss_scale=scale, loss_agg_mode=mode)
         total = total - ent_loss
         terms.update({f"actor/{k}": v for k, v in ent_metrics.items()})

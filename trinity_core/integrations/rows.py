@@ -9,7 +9,7 @@ group), so any installed advantage function, pipeline-side or trainer-side, runs
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -105,7 +105,10 @@ def run_advantage_fn(
         kept_ids = {id(e) for e in kept}
         advantages = rows_from_experiences([e.advantages if id(e) in kept_ids else None for e in exps], width)
         returns = rows_from_experiences(
-            [(e.returns if e.returns is not None else e.advantages) if id(e) in kept_ids else None for e in exps],
+            [
+                (e.returns if e.returns is not None else e.advantages) if id(e) in kept_ids else None
+                for e in exps
+            ],
             width,
         )
     mask = response_mask.detach().to("cpu", torch.bool)
@@ -119,4 +122,3 @@ def _pad(values: Tensor, width: int) -> Tensor:
     if values.shape[1] >= width:
         return values[:, :width].clone()
     return torch.nn.functional.pad(values, (0, width - values.shape[1]))
-

@@ -89,9 +89,20 @@ def loss_scale_from_verl(response_mask: Tensor, config: Any) -> LossScale:
     )
 
 
-def make_policy_loss(name: str, args: Mapping[str, Any] | None = None) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
+def _build_loss(name: str, args: Mapping[str, Any] | None, loss_agg_mode: str) -> Any:
+    """Our loss with verl's ``loss_agg_mode`` as its argument (unless ``args`` set one)."""
+    merged = dict(args or {})
+    model = getattr(registry.resolve("policy_loss", name), "Args", None)
+    if "loss_agg_mode" not in merged and "loss_agg_mode" in getattr(model, "model_fields", {}):
+        merged["loss_agg_mode"] = loss_agg_mode
+    return registry.create("policy_loss", name, merged, backend="verl")
+
+
+def make_policy_loss(
+    name: str, args: Mapping[str, Any] | None = None
+) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
     """A verl policy-loss function that runs our policy loss ``name`` (built on first call)."""
-    built: list[Any] = []
+    built: dict[str, Any] = {}
 
     def policy_loss(
         old_log_prob: Tensor,
@@ -107,9 +118,9 @@ def make_policy_loss(name: str, args: Mapping[str, Any] | None = None) -> Callab
                 f"verl policy loss {PREFIX}{name}: rollout correction weights (rollout_is_weights) are not "
                 "supported by trinity policy losses; switch off algorithm.rollout_correction or use a verl loss"
             )
-        if not built:
-            built.append(registry.create("policy_loss", name, dict(args or {}), backend="verl"))
-        loss_fn = built[0]
+        loss_fn = built.get(loss_agg_mode)
+        if loss_fn is None:
+            loss_fn = built[loss_agg_mode] = _build_loss(name, args, loss_agg_mode)
         columns = {"old_log_probs": old_log_prob, "advantages": advantages, "response_mask": response_mask}
         missing = [key for key in loss_fn.select_keys if key not in columns]
         if missing:
@@ -197,11 +208,11 @@ def register(
     loss_args = {**_env_args("policy_loss"), **(policy_loss_args or {})}
     adv_args = {**_env_args("advantage_fn"), **(advantage_fn_args or {})}
     done: dict[str, list[str]] = {"policy_loss": [], "advantage_fn": []}
-    for name in registry.names("policy_loss"):
+    for name in registry.get_registry().names("policy_loss"):
         key = prefix + name
         _put(core_algos.POLICY_LOSS_REGISTRY, key, make_policy_loss(name, loss_args.get(name)), "policy loss")
         done["policy_loss"].append(key)
-    for name in registry.names("advantage_fn"):
+    for name in registry.get_registry().names("advantage_fn"):
         key = prefix + name
         fn = make_advantage_estimator(name, adv_args.get(name))
         _put(core_algos.ADV_ESTIMATOR_REGISTRY, key, fn, "advantage estimator")
