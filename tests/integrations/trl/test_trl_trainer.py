@@ -102,7 +102,9 @@ def test_loss_and_gradient_equal_trinity_train(tmp_path: Any, components: dict[s
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
         if p.grad is not None or q.grad is not None:
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+            assert p.grad is not None, f"{name}: no gradient through TrinityGRPOTrainer"
+            assert q.grad is not None, f"{name}: no gradient through Trainer._loss"
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
     assert response_logprobs is not None
 
 
