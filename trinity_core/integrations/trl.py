@@ -87,7 +87,9 @@ class TrinityGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
             loss_agg_mode=loss_agg_mode,
         )
         if self.trinity.advantage is None:
-            raise ValueError("advantage_fn: TrinityGRPOTrainer computes advantages; name an advantage function")
+            raise ValueError(
+                "advantage_fn: TrinityGRPOTrainer computes advantages; name an advantage function"
+            )
         super().__init__(*args, **kwargs)
         if self.trinity.needs_reference and self.beta == 0.0:
             raise ValueError(
@@ -98,9 +100,13 @@ class TrinityGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
 
     # ------------------------------------------------------------------ advantages
 
-    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Tensor:
+    def _calculate_rewards(
+        self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any
+    ) -> Tensor:
         """TRL's rewards of every process, kept for :meth:`_generate_and_score_completions`."""
-        rewards_per_func: Tensor = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        rewards_per_func: Tensor = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
         self._trinity_rewards = rewards_per_func
         return rewards_per_func
 
@@ -144,7 +150,9 @@ class TrinityGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         world = self.accelerator.num_processes
         mode = "train" if self.model.training else "eval"
         # Set by the HF Trainer during training; outside it, the configured value.
-        accumulation = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+        accumulation = getattr(
+            self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps
+        )
         steps = accumulation if mode == "train" else 1
         per_window = steps / self.args.steps_per_generation if mode == "train" else 1.0
         tokens = torch.as_tensor(inputs["num_items_in_batch"], device=mask.device).to(torch.float64)

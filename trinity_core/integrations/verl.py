@@ -116,7 +116,7 @@ def make_policy_loss(
         if rollout_is_weights is not None:
             raise ValueError(
                 f"verl policy loss {PREFIX}{name}: rollout correction weights (rollout_is_weights) are not "
-                "supported by trinity policy losses; switch off algorithm.rollout_correction or use a verl loss"
+                "supported by trinity policy losses; turn rollout_correction off or use a verl loss"
             )
         loss_fn = built.get(loss_agg_mode)
         if loss_fn is None:

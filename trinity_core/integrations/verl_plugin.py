@@ -1,4 +1,4 @@
-"""Importing this module registers every installed component in verl (:func:`~trinity_core.integrations.verl.register`).
+"""Importing this module registers every installed component in verl (``verl.register()``).
 
 Name it in verl's external-module setting so every Ray worker registers too::
 

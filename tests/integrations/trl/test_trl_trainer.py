@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,13 +10,13 @@ import pytest
 import torch
 
 pytest.importorskip("trl", reason="needs trinity-core[trl]")
-from datasets import Dataset  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
+from datasets import Dataset
+from trl import GRPOConfig
 
-from trinity_core.integrations.trl import TrinityGRPOTrainer  # noqa: E402
-from trinity_core.ops.loss_scale import global_normalizers  # noqa: E402
-from trinity_core.train.loop import Trainer, response_logprobs  # noqa: E402
-from trinity_core.train.model import build_char_tokenizer, tiny_model  # noqa: E402
+from trinity_core.integrations.trl import TrinityGRPOTrainer
+from trinity_core.ops.loss_scale import global_normalizers
+from trinity_core.train.loop import Trainer, response_logprobs
+from trinity_core.train.model import build_char_tokenizer, tiny_model
 
 G = 4
 
@@ -81,7 +80,8 @@ def test_loss_and_gradient_equal_trinity_train(tmp_path: Any, components: dict[s
         pytest.skip("the preset selects a KL loss; covered without reference model here")
     inputs = _batch()
     model = trainer.model
-    twin = copy.deepcopy(model)
+    twin = tiny_model(model.config.vocab_size)
+    twin.load_state_dict(model.state_dict())
     loss = trainer._compute_loss(model, inputs)
     loss.backward()
 
