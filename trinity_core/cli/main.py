@@ -31,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     2: bad usage.
     """
     from trinity_core.config import ConfigError
+    from trinity_core.extras import MissingExtraError
     from trinity_core.registry import PluginError
 
     parser = build_parser()
@@ -44,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(func(namespace))
-    except (PluginError, ConfigError) as exc:
+    except (PluginError, ConfigError, MissingExtraError) as exc:
         print(f"trinity: error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, read_yaml, resolve_config
+from trinity_core.extras import require_extra
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -199,6 +200,7 @@ def train(
     Returns:
         :class:`~trinity_core.train.loop.TrainResult`.
     """
+    require_extra("train", "trinity train")
     from trinity_core.train.loop import Trainer
 
     if resume is not None:
