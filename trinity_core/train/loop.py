@@ -93,7 +93,7 @@ def response_logprobs(
 
     Position ids follow the attention mask, as in ``generate`` with left-padded prompts. Pass
     ``attention_mask=None`` when no prompt is padded: right padding after the responses cannot affect
-    earlier positions under causal attention, and the unmasked path is several times faster on CPU.
+    earlier positions under causal attention, and without a mask the model takes its faster plain causal path.
     """
     if attention_mask is None:
         logits = model(input_ids=input_ids).logits
