@@ -2,9 +2,12 @@
 
 Each folder ``plugins/trinity-plugin-<name>`` gets the factor ``<name>`` without hyphens in
 ``[testenv:plugin-{...}]``, installing the plugin and every plugin distribution it needs (its declared
-``trinity-plugin-*`` dependencies, transitively); ``[testenv:all]`` installs them all and runs each
-plugin's tests in its own pytest session (plugins may hold same-named test modules). Run it after adding
-a plugin; tests/test_matrix.py fails until tox.ini matches.
+``trinity-plugin-*`` dependencies, transitively) on the core with the ``test`` extra, plus the ``train``
+or ``hf`` extra when the plugin's code or tests import what those provide; ``[testenv:all]`` installs them
+all and runs each plugin's tests in its own pytest session (plugins may hold same-named test modules);
+``[testenv:core-slim]`` installs the core without extras and :data:`SLIM_PLUGIN` with what it needs, and
+runs the conformance kit on it. Run it after adding a plugin; tests/test_matrix.py fails until tox.ini
+matches.
 """
 
 from __future__ import annotations
@@ -17,6 +20,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "trinity-plugin-"
+SLIM_PLUGIN = "trinity-plugin-sapo"
+"""The loss plugin the core-slim environment installs on the core without extras."""
+EXTRA_MODULES = {
+    "train": ("transformers", "accelerate", "tokenizers", "tqdm"),
+    "hf": ("datasets", "trinity_core.hf"),
+}
+"""Modules whose import in a plugin's code or tests means its env needs that extra of trinity-core."""
+CORE_EXTRAS = ("test", "hf")
+"""Extras the core's own tests need (tests/test_hf.py reads and writes ``datasets``)."""
 
 
 def plugins(tracked_only: bool = False) -> list[Path]:
@@ -55,11 +67,52 @@ def closure(plugin: str) -> list[str]:
     return [plugin, *sorted(needed - {plugin})]
 
 
+def extras(plugin: str) -> list[str]:
+    """Extras of trinity-core that ``plugin``'s code or tests import from: ``test`` and those found."""
+    found = {"test"}
+    for path in (ROOT / "plugins" / plugin).rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for extra, modules in EXTRA_MODULES.items():
+            names = "|".join(re.escape(m) for m in modules)
+            if re.search(rf"^\s*(?:import|from)\s+(?:{names})\b", text, flags=re.M):
+                found.add(extra)
+    return sorted(found, key=lambda e: (e != "test", e))
+
+
+def core_install(extra_names: list[str] | tuple[str, ...]) -> str:
+    """The deps line installing the core, editable, with ``extra_names``."""
+    return f"    -e {{toxinidir}}[{','.join(extra_names)}]"
+
+
+def render_slim() -> str:
+    """The core-slim env section: the core without extras, one loss plugin, the conformance kit on it."""
+    return "\n".join(
+        [
+            "[testenv:core-slim]",
+            "description = the core installed without extras (what a plugin author installs), one loss",
+            "    plugin with the plugin distributions it needs, and the conformance kit run on it",
+            "deps =",
+            "    -c {toxinidir}/constraints.txt",
+            "    {toxinidir}",
+            *[f"    {{toxinidir}}/plugins/{dep}" for dep in closure(SLIM_PLUGIN)],
+            "    pytest>=8",
+            "changedir = {envtmpdir}",
+            "commands =",
+            "    python {toxinidir}/scripts/check_slim.py",
+            "    trinity plugins list --strict",
+            f"    pytest -p no:cacheprovider --trinity-plugin={SLIM_PLUGIN} {{posargs}}",
+        ]
+    )
+
+
 def render(tracked_only: bool = False) -> tuple[str, str]:
     """The plugin env section and the all env section."""
     names = [p.name for p in plugins(tracked_only)]
     factors = ",".join(factor(n) for n in names)
+    more = [n for n in names if extras(n) != ["test"]]
+    installs = [f"    {factor(n)}: {core_install(extras(n)).strip()}" for n in more]
     deps = [f"    {factor(n)}: {{toxinidir}}/plugins/{dep}" for n in names for dep in closure(n)]
+    every = sorted({*CORE_EXTRAS, *(e for n in names for e in extras(n))}, key=lambda e: (e != "test", e))
     commands = [f"    {factor(n)}: pytest {{toxinidir}}/plugins/{n}/tests {{posargs}}" for n in names]
     plugin_env = "\n".join(
         [
@@ -67,7 +120,11 @@ def render(tracked_only: bool = False) -> tuple[str, str]:
             "description = one plugin alone on the core, with only the plugin distributions it needs",
             "deps =",
             "    -c {toxinidir}/constraints.txt",
-            "    -e {toxinidir}[test]",
+            # "!a-!b:" means neither a nor b in tox: those plugins install the core with more extras.
+            "    " + "-".join(f"!{factor(n)}" for n in more) + ": -e {toxinidir}[test]"
+            if more
+            else core_install(["test"]),
+            *installs,
             *deps,
             "commands =",
             *commands,
@@ -79,7 +136,7 @@ def render(tracked_only: bool = False) -> tuple[str, str]:
             "description = the core and every plugin installed together: every test suite",
             "deps =",
             "    -c {toxinidir}/constraints.txt",
-            "    -e {toxinidir}[test]",
+            core_install(every),
             *[f"    {{toxinidir}}/plugins/{n}" for n in names],
             "commands =",
             "    trinity plugins list --strict",
@@ -102,6 +159,11 @@ def main() -> None:
     plugin_env, all_env = render(tracked_only)
     text = re.sub(r"\[testenv:plugin-\{[^}]*\}\].*?(?=\n\[)", plugin_env + "\n", text, flags=re.S)
     text = re.sub(r"\[testenv:all\].*?(?=\n\[)", all_env + "\n", text, flags=re.S)
+    slim = render_slim()
+    if "[testenv:core-slim]" in text:
+        text = re.sub(r"\[testenv:core-slim\].*?(?=\n\[)", slim + "\n", text, flags=re.S)
+    else:
+        text = text.replace("\n[testenv:lint]", f"\n{slim}\n\n[testenv:lint]")
     factors = ",".join(factor(p.name) for p in plugins(tracked_only))
     text = re.sub(r"plugin-\{[^}]*\}, all", f"plugin-{{{factors}}}, all", text)
     path.write_text(text)

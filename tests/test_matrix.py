@@ -23,8 +23,27 @@ def test_tox_ini_is_in_sync_with_the_plugins() -> None:
     text = (ROOT / "tox.ini").read_text()
     assert plugin_env in text, "tox.ini's plugin envs are stale: run `python scripts/sync_tox.py`"
     assert all_env in text, "tox.ini's all env is stale: run `python scripts/sync_tox.py`"
+    stale = "tox.ini's core-slim env is stale: run `python scripts/sync_tox.py`"
+    assert sync_tox.render_slim() in text, stale
     factors = ",".join(sync_tox.factor(p.name) for p in PLUGINS)
     assert f"plugin-{{{factors}}}, all" in text
+    assert "env_list = core, core-slim," in text
+
+
+def test_core_slim_installs_the_core_without_extras() -> None:
+    slim = sync_tox.render_slim()
+    assert "    {toxinidir}\n" in slim  # the core, not editable, no [extras]
+    assert "[" not in slim.split("deps =", 1)[1].split("commands =", 1)[0]
+    assert f"--trinity-plugin={sync_tox.SLIM_PLUGIN}" in slim
+
+
+def test_envs_install_the_extras_their_tests_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sync_tox.extras("trinity-plugin-sapo") == ["test"]
+    monkeypatch.setattr(sync_tox, "extras", lambda n: ["test", "train"] if n.endswith("-rec") else ["test"])
+    plugin_env, all_env = sync_tox.render()
+    assert "    !rec: -e {toxinidir}[test]\n" in plugin_env
+    assert "    rec: -e {toxinidir}[test,train]\n" in plugin_env
+    assert "    -e {toxinidir}[test,hf,train]\n" in all_env
 
 
 def test_dependency_closure_is_transitive() -> None:

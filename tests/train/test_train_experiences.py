@@ -1,4 +1,4 @@
-"""The column-wise experiences of a rollout and the backend batch decode of the trainer."""
+"""The column-wise experiences of a rollout."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from rollout_support import ROLLOUT_CASES, assert_same_experience, random_rollou
 
 from trinity_core.experience import EID, Experience
 from trinity_core.train.experiences import rollout_experiences
-from trinity_core.train.model import build_char_tokenizer
 from trinity_core.train.rollout import Rollout
-from trinity_core.train.text import batch_decode
 
 
 def _by_constructor(
@@ -83,17 +81,3 @@ def test_rollout_experiences_report_an_empty_prompt() -> None:
 def test_rollout_experiences_check_the_reward_count() -> None:
     with pytest.raises(ValueError, match="3 rewards for a rollout of 2"):
         rollout_experiences(random_rollout([1, 1], [1, 1], 0), [1.0, 1.0, 1.0], step=0, group_size=1)
-
-
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 14), max_size=9), min_size=1, max_size=20))
-def test_batch_decode_matches_the_tokenizer(rows: list[list[int]]) -> None:
-    tok = build_char_tokenizer("0123456789+=ab")
-    assert batch_decode(tok, rows) == tok.batch_decode(rows)
-
-
-def test_batch_decode_falls_back_when_spaces_are_cleaned_up() -> None:
-    tok = build_char_tokenizer("ab ,")
-    tok.clean_up_tokenization_spaces = True
-    rows = [tok.encode("a , b", add_special_tokens=False)]
-    assert batch_decode(tok, rows) == tok.batch_decode(rows) == ["a, b"]

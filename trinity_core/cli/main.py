@@ -41,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     2: bad usage.
     """
     from trinity_core.config import ConfigError
+    from trinity_core.extras import MissingExtraError
     from trinity_core.registry import PluginError
 
     parser = build_parser()
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(func(namespace))
-    except (PluginError, ConfigError) as exc:
+    except (PluginError, ConfigError, MissingExtraError) as exc:
         if getattr(namespace, "debug", False):
             raise
         print(f"trinity: error: {_one_line(exc)}", file=sys.stderr)

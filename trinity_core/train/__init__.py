@@ -4,6 +4,10 @@ Modules: :mod:`~trinity_core.train.model` (policy and tokenizer), :mod:`~trinity
 (task sets), :mod:`~trinity_core.train.rewards` (reward functions), :mod:`~trinity_core.train.rollout`
 (sampling), :mod:`~trinity_core.train.loop` (the step), :mod:`~trinity_core.train.checkpoint`,
 :mod:`~trinity_core.train.profile`, :mod:`~trinity_core.train.plot`, :mod:`~trinity_core.train.run`.
+
+Training needs ``pip install 'trinity-core[train]'``; without it :func:`train` raises
+:class:`~trinity_core.extras.MissingExtraError` naming that line. The tasks and reward functions import
+without it (``trinity plugins list`` shows them on a core installed alone).
 """
 
 from __future__ import annotations

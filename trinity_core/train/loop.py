@@ -60,12 +60,11 @@ from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_b
 from trinity_core.train.experiences import rollout_batch, rollout_experiences
 from trinity_core.train.model import load_policy
 from trinity_core.train.offline import StoredExperiences, load_stored_experiences
-from trinity_core.train.profile import ProgressBar, StepProfiler
+from trinity_core.train.profile import StepProfiler
 from trinity_core.train.rewards import combine_rewards
 from trinity_core.train.rollout import Rollout, generate
-from trinity_core.train.text import batch_decode
 
-__all__ = ["LaunchError", "TrainResult", "Trainer", "response_logprobs"]
+__all__ = ["LaunchError", "TrainResult", "Trainer", "lr_scheduler", "response_logprobs"]
 
 
 class LaunchError(RuntimeError):
@@ -94,7 +93,7 @@ def response_logprobs(
 
     Position ids follow the attention mask, as in ``generate`` with left-padded prompts. Pass
     ``attention_mask=None`` when no prompt is padded: right padding after the responses cannot affect
-    earlier positions under causal attention, and the unmasked path is several times faster on CPU.
+    earlier positions under causal attention, and without a mask the model takes its faster plain causal path.
     """
     if attention_mask is None:
         logits = model(input_ids=input_ids).logits
@@ -111,18 +110,18 @@ def response_logprobs(
     return logp, entropy
 
 
-def _lr_lambda(kind: str, warmup: int, total: int) -> Any:
-    def factor(step: int) -> float:
-        if warmup and step < warmup:
-            return (step + 1) / warmup
-        if kind == "constant":
-            return 1.0
-        progress = min(max(step - warmup, 0) / max(total - warmup, 1), 1.0)
-        if kind == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
+def lr_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int) -> Any:
+    """The learning-rate schedule ``kind`` (constant, linear, cosine) from ``transformers.get_scheduler``.
 
-    return factor
+    The factor on ``trainer.lr`` at 0-based step ``s``, warm-up ``W`` and ``T`` total steps: ``s / W``
+    while ``s < W``, then 1 (constant), ``(T - s) / (T - W)`` (linear) or
+    ``(1 + cos(pi * (s - W) / (T - W))) / 2`` (cosine).
+    """
+    from transformers import get_scheduler
+
+    # transformers' "constant" ignores the warm-up; "constant_with_warmup" with W = 0 is the same constant.
+    name = "constant_with_warmup" if kind == "constant" else kind
+    return get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=total_steps)
 
 
 def _row_ranges(n: int, parts: int) -> list[slice]:
@@ -261,9 +260,7 @@ class Trainer:
         else:
             cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
             optimizer = cls(groups, lr=tcfg.lr, betas=tcfg.betas, weight_decay=tcfg.weight_decay)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, _lr_lambda(tcfg.lr_scheduler, tcfg.warmup_steps, self.total_steps)
-        )
+        scheduler = lr_scheduler(optimizer, tcfg.lr_scheduler, tcfg.warmup_steps, self.total_steps)
         self.model, self.optimizer = accelerator.prepare(model, optimizer)
         self.scheduler = scheduler
         self.policy = accelerator.unwrap_model(self.model)
@@ -504,7 +501,11 @@ class Trainer:
         # matches an answer).
         ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
         ids = rollout.response_ids.tolist()
-        return batch_decode(self.tokenizer, [row[:e] for row, e in zip(ids, ends, strict=True)])
+        rows = [tuple(row[:e]) for row, e in zip(ids, ends, strict=True)]
+        # The G responses to a prompt often repeat: each distinct response is decoded once.
+        distinct = list(dict.fromkeys(rows))
+        text = dict(zip(distinct, self.tokenizer.batch_decode([list(r) for r in distinct]), strict=True))
+        return [text[row] for row in rows]
 
     def _trim_buffer(self) -> None:
         # The memory buffer keeps every item it was given; an on-policy trainer has read them all.
@@ -616,9 +617,18 @@ class Trainer:
 
     def train(self) -> TrainResult:
         """Run the remaining steps, log, checkpoint, evaluate; return the summary."""
+        from tqdm import tqdm
+
         tcfg = self.config.trainer
         total = self.total_steps
-        bar = ProgressBar(total, self.start_step, enabled=tcfg.progress and self.is_main)
+        bar = tqdm(
+            total=total,
+            initial=self.start_step,
+            unit="step",
+            disable=not (tcfg.progress and self.is_main),
+            mininterval=0.2,
+            dynamic_ncols=True,
+        )
         metrics_path = self.run_dir / "metrics.jsonl"
         log = metrics_path.open("a", encoding="utf-8") if self.is_main else None
         t0 = time.perf_counter()
@@ -639,7 +649,10 @@ class Trainer:
                 if (every and (step + 1) % every == 0) or step + 1 == total:
                     self.save_checkpoint(step + 1)
                 notify_metrics(self.pm, step + 1, out)
-                bar.update(step + 1, out.get("reward/mean", math.nan), out["actor/loss"])
+                reward = out.get("reward/mean")  # none in mode train on experiences without rewards
+                shown = "" if reward is None or math.isnan(reward) else f"reward {reward:.3f} | "
+                bar.set_postfix_str(f"{shown}loss {out['actor/loss']:+.4f}", refresh=False)
+                bar.update()
         finally:
             bar.close()
             if log is not None:

@@ -1,17 +1,14 @@
-"""Timing of the parts of a training step (``trinity train --profile``) and the progress bar."""
+"""Timing of the parts of a training step (``trinity train --profile``)."""
 
 from __future__ import annotations
 
-import math
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
 
 import torch
 
-__all__ = ["SECTIONS", "ProgressBar", "StepProfiler"]
+__all__ = ["SECTIONS", "StepProfiler", "format_profile"]
 
 SECTIONS = ("generation", "old_logprob", "reference", "forward_backward", "optimizer")
 """Named parts of a step; the rest of the step (rewards, EIDs, hooks, advantages, buffer, batch,
@@ -66,44 +63,3 @@ def format_profile(report: dict[str, float]) -> str:
     for name in (*SECTIONS, "other"):
         lines.append(f"  {name:<17}{report[name + '_ms']:8.2f} ms  {report[name + '_pct']:5.1f} %")
     return "\n".join(lines)
-
-
-class ProgressBar:
-    """A one-line progress bar on ``stream``: step, reward, steps per second, ETA (redrawn <= 5x/s)."""
-
-    def __init__(
-        self, total: int, start: int = 0, stream: TextIO | None = None, enabled: bool = True
-    ) -> None:
-        self.total = total
-        self.start_step = start
-        self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.t0 = time.perf_counter()
-        self.last_draw = 0.0
-
-    def update(self, step: int, reward: float, loss: float, force: bool = False) -> None:
-        """Redraw for ``step`` (1-based count of finished steps)."""
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if not force and now - self.last_draw < 0.2 and step < self.total:
-            return
-        self.last_draw = now
-        done = step - self.start_step
-        speed = done / max(now - self.t0, 1e-9)
-        eta = (self.total - step) / speed if speed > 0 else 0.0
-        width = 24
-        filled = int(width * step / max(self.total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        reward_text = "" if math.isnan(reward) else f" | reward {reward:.3f}"  # NaN: no rewards (mode train)
-        self.stream.write(
-            f"\r[{bar}] step {step}/{self.total}{reward_text} | loss {loss:+.4f} | "
-            f"{speed:.1f} steps/s | eta {eta:.0f}s "
-        )
-        self.stream.flush()
-
-    def close(self) -> None:
-        """End the line."""
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()

@@ -43,18 +43,13 @@ class Rollout:
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[str], device: torch.device) -> tuple[Tensor, Tensor]:
     """``(ids, mask)`` of ``prompts``, ``<bos>``-prefixed when the tokenizer has one, left-padded."""
+    rows = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     bos = tokenizer.bos_token_id
-    rows = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     if bos is not None:
+        # As an id in front of the prompt's own tokens (the text "<bos>" could tokenize differently).
         rows = [[bos, *r] if not r or r[0] != bos else r for r in rows]
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r) :] = True
-    return ids.to(device), mask.to(device)
+    padded = tokenizer.pad({"input_ids": rows}, padding=True, padding_side="left", return_tensors="pt")
+    return padded["input_ids"].to(device), padded["attention_mask"].to(device, torch.bool)
 
 
 @torch.no_grad()

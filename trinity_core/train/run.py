@@ -24,6 +24,7 @@ from filelock import FileLock, Timeout
 
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, resolve_config
 from trinity_core.config.loading import read_yaml_mapping
+from trinity_core.extras import require_extra
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -352,6 +353,7 @@ def train(
             holds no run; :class:`RunFinished` when a resumed run has no step left to train.
         ConfigError: an invalid configuration, or ``--config`` / a ``--set`` that cannot change on resume.
     """
+    require_extra("train", "trinity train")
     from trinity_core.train.loop import Trainer
 
     if resume is not None:
