@@ -11,9 +11,10 @@ Order (each later source wins, per key):
 5. the preset's ``check_config(config)`` (it may adjust the config) and every ``trinity_check_config``
    hook, when the config is otherwise valid.
 
-Unlike the reference implementation, the preset's ``repeat_times`` applies unless the user set it, user
-args never drop the other defaults, and a global ``loss_agg_mode`` never overrides a per-loss default
-that the user did not ask to change.
+Unlike trinity-rft 0.6.0, the preset's ``repeat_times`` applies unless the user set it, user args never
+drop the other defaults, and a global ``loss_agg_mode`` never overrides a per-loss default that the user
+did not ask to change (docs/reference-differences.md, entries ``preset-defaults-apply``,
+``args-one-source`` and ``global-loss-agg-mode``).
 """
 
 from __future__ import annotations
@@ -209,7 +210,9 @@ class _Resolver:
 
         A preset with ``compute_advantage_in_trainer`` True runs the advantage function on the trainer's
         batch; False runs it in the experience pipeline on whole groups. A function built for the other
-        side would get the wrong input (the reference's ``grpo_verl`` preset had exactly this defect).
+        side would get the wrong input: trinity-rft 0.6.0 accepts a pipeline preset with the trainer-side
+        ``grpo_verl`` advantage and then never computes advantages (docs/reference-differences.md,
+        ``advantage-placement``).
         """
         name = resolved.algorithm.advantage_fn
         if self.preset is None or name is None:

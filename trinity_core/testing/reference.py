@@ -1,6 +1,7 @@
 """Access to the published reference implementation, trinity-rft 0.6.0, for comparison tests.
 
-`.ci/run` installs it with ``pip install --no-deps --target .ref trinity-rft==0.6.0 omegaconf``: a
+``scripts/test.sh`` (what ``.ci/run`` runs) installs it with
+``pip install --no-deps --target .ref trinity-rft==0.6.0 omegaconf``: a
 separate folder, because its ``trinity`` console script and top-level package name would otherwise clash
 with ours. The folder is ``$TRINITY_REFERENCE_DIR``, else ``.ref`` at the root of the trinity-core
 checkout. Its algorithm modules import ``ray`` only for logging; ``_refstub/ray`` stands in for it.
@@ -37,8 +38,8 @@ def import_reference(module: str) -> ModuleType:
     """
     if not reference_available():
         message = (
-            f"reference trinity-rft 0.6.0 not found in {REF_DIR}; run .ci/run or set TRINITY_REFERENCE_DIR "
-            f"(see trinity_core/testing/reference.py)"
+            f"reference trinity-rft 0.6.0 not found in {REF_DIR}; run scripts/test.sh or set "
+            f"TRINITY_REFERENCE_DIR (see trinity_core/testing/reference.py)"
         )
         if os.environ.get("CI"):
             pytest.fail(message)
