@@ -289,7 +289,7 @@ class MemoryReader(BufferReader):
         if len(pieces) == 1 and isinstance(pieces[0], LazyExperiences) and not pieces[0].materialized:
             batch = pieces[0].batch
             if (
-                batch is not None
+                isinstance(batch, ExperienceBatch)
                 and batch.pad_token_id == pad_token_id
                 and set(group_levels) <= set(batch.group_index)
             ):
