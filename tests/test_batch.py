@@ -450,13 +450,13 @@ def test_rewards_are_finite_reads_the_source_rewards() -> None:
 )
 def test_pad_rows_pads_each_row_on_its_side(lengths: list[int], extra: int, equal: bool, side: str) -> None:
     # Rows that fill the width take the concatenate-only path; any other rows the masked scatter.
-    from trinity_core.batch import _pad_rows
+    from trinity_core.columns import pad_rows
 
     if equal:
         lengths = [lengths[0]] * len(lengths)
     rows = [torch.arange(1, n + 1, dtype=torch.float32) * (i + 1) for i, n in enumerate(lengths)]
     width = max(lengths) + extra
-    got = _pad_rows(rows, width, -1.0, torch.float32, torch.device("cpu"), side=side)  # type: ignore[arg-type]
+    got = pad_rows(rows, width, -1.0, torch.float32, torch.device("cpu"), side=side)  # type: ignore[arg-type]
     fills = [torch.full((width - len(r),), -1.0) for r in rows]
     pieces = zip(rows, fills, strict=True) if side == "right" else zip(fills, rows, strict=True)
     expected = torch.stack([torch.cat(pair) for pair in pieces])
