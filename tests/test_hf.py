@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +258,11 @@ def test_reads_reference_datasets() -> None:
     assert back[0].tokens is not None
     assert back[0].tokens.tolist() == [1, 2, 3]
     assert back[0].reward == 0.5
+
+
+def test_to_hf_datasets_without_the_hf_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trinity_core.extras import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'trinity-core\[hf\]'"):
+        to_hf_datasets([Experience(tokens=torch.tensor([1, 2]), prompt_length=1)])

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from trinity_core import jsonvalue
 from trinity_core.experience import TENSOR_FIELDS, CustomField, Experience
+from trinity_core.extras import require_extra
 from trinity_core.hf.layout import (
     ARROW_TYPES,
     BIT_STORED,
@@ -130,8 +131,10 @@ def to_hf_datasets(experiences: Sequence[Experience]) -> Dataset:
     The layout is described in :mod:`trinity_core.hf`; :func:`~trinity_core.hf.from_hf_datasets`
     restores equal experiences (``experience_type``, EID component types, tensor dtypes and shapes,
     custom field dtypes included).
-    Raises TypeError for a value that cannot be stored (naming the experience and field).
+    Raises TypeError for a value that cannot be stored (naming the experience and field), and
+    :class:`~trinity_core.extras.MissingExtraError` without ``datasets`` (``pip install 'trinity-core[hf]'``).
     """
+    require_extra("hf", "to_hf_datasets")
     from datasets import Dataset
     from datasets.table import InMemoryTable
 
