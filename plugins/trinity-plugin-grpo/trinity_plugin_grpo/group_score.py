@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import torch
 from torch import Tensor
 
-from trinity_core.components import GroupAdvantage, Metrics, write_advantages
+from trinity_core.components import GroupAdvantage, Metrics, summarize_masked_metric, write_advantages
+from trinity_core.components.group_metrics import GROUP_PREFIX as PREFIX
+from trinity_core.components.reward_check import finite_reward
 from trinity_core.experience import Experience
-from trinity_plugin_grpo.advantage import _finite_reward
 from trinity_plugin_grpo.baselines import GroupScores
-from trinity_plugin_grpo.metrics import PREFIX, masked_summary
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -48,7 +48,7 @@ def group_score_metrics(
     group_mean: Tensor, group_valid: Tensor, singleton_count: Tensor, context: Mapping[str, Tensor]
 ) -> Metrics:
     """The metric dict described in the module docstring."""
-    metrics: Metrics = dict(masked_summary(group_mean, group_valid, "reward_mean"))
+    metrics: Metrics = summarize_masked_metric(group_mean, group_valid, "reward_mean", PREFIX)
     metrics[f"{PREFIX}/singleton_count"] = singleton_count
     for name, value in context.items():
         metrics[f"{PREFIX}/{name}"] = value.detach().to(torch.float64)
@@ -85,7 +85,7 @@ class GroupScoreAdvantage(GroupAdvantage):
 
     def _rewards(self, exps: list[Experience]) -> Tensor:
         where = self._where()
-        return torch.tensor([_finite_reward(e, where) for e in exps], dtype=torch.float64)
+        return torch.tensor([finite_reward(e, where) for e in exps], dtype=torch.float64)
 
     # ------------------------------------------------------------------ per group (seed API)
 

@@ -15,9 +15,10 @@ from trinity_core.components import (
     summarize_metric,
     write_advantages,
 )
+from trinity_core.components.group_kernels import mean_logprob
+from trinity_core.components.reward_check import check_finite_rewards, finite_rewards
 from trinity_core.experience import Experience
-from trinity_plugin_polaris.groups import finite_rewards
-from trinity_plugin_polaris.rank_bias import mean_logprob, rank_bias_scores
+from trinity_plugin_polaris.rank_bias import rank_bias_scores
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -107,7 +108,8 @@ class CorrectBiasAddStrategy(GroupAdvantageStrategy):
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics]:
         """Vectorized advantages of the whole step (same result and metrics as the per-group path)."""
         where = f"add strategy {type(self).name()!r}"
-        finite_rewards(batch.experiences, where)
+        if not batch.rewards_are_finite():
+            check_finite_rewards(batch.experiences, where)
         logprobs = batch.logprobs
         if logprobs is None:
             _logprob_rows(batch.experiences, where)  # names an experience without logprobs

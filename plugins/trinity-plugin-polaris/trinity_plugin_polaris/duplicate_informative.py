@@ -9,7 +9,7 @@ import torch
 from trinity_core.components import AddStrategy, ComponentArgs, Metrics
 from trinity_core.experience import Experience
 from trinity_plugin_polaris.duplicate import refill
-from trinity_plugin_polaris.groups import finite_rewards, grouped_positions, informative_groups, task_groups
+from trinity_plugin_polaris.groups import select_informative
 from trinity_plugin_polaris.reward_variance import RewardVarianceArgs
 
 __all__ = ["DuplicateInformativeAddStrategy"]
@@ -40,10 +40,8 @@ class DuplicateInformativeAddStrategy(AddStrategy):
         """Filter by group reward variance, refill with copies, write once."""
         if len(experiences) == 0:
             return 0, {}
-        rewards = finite_rewards(experiences, f"add strategy {type(self).name()!r}")
-        index, num_groups = task_groups(experiences)
-        groups = informative_groups(rewards, index, num_groups, self.variance_threshold)
-        kept = [experiences[i] for i in grouped_positions(index, groups.keep[index])]
+        where = f"add strategy {type(self).name()!r}"
+        kept, groups = select_informative(experiences, self.variance_threshold, where)
         copies: list[Experience] = []
         if kept:
             by_group: dict[str, list[Experience]] = {}

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from trinity_core.components import AddStrategy, ComponentArgs, Metrics
 from trinity_core.experience import Experience
-from trinity_plugin_polaris.groups import finite_rewards, grouped_positions, informative_groups, task_groups
+from trinity_plugin_polaris.groups import select_informative
 
 __all__ = ["RewardVarianceAddStrategy", "RewardVarianceArgs"]
 
@@ -46,10 +46,8 @@ class RewardVarianceAddStrategy(AddStrategy):
         """Filter the step's experiences by group reward variance and write the kept ones."""
         if len(experiences) == 0:
             return 0, {}
-        rewards = finite_rewards(experiences, f"add strategy {type(self).name()!r}")
-        index, num_groups = task_groups(experiences)
-        groups = informative_groups(rewards, index, num_groups, self.variance_threshold)
-        kept = [experiences[i] for i in grouped_positions(index, groups.keep[index])]
+        where = f"add strategy {type(self).name()!r}"
+        kept, groups = select_informative(experiences, self.variance_threshold, where)
         if kept:
             await self.writer.write(kept)
         return len(kept), {
