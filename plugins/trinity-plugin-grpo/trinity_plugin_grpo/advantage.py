@@ -33,7 +33,7 @@ __all__ = ["GRPOArgs", "GRPOGroupedAdvantage"]
 
 
 class GRPOArgs(ComponentArgs):
-    """Arguments of :class:`GRPOGroupedAdvantage` (defaults are the seed's ``default_args()``)."""
+    """Arguments of :class:`GRPOGroupedAdvantage` (defaults are the earlier API's ``default_args()``)."""
 
     epsilon: float = Field(1e-6, ge=0, description="Added to the standard deviation before dividing.")
     std_threshold: float | None = Field(
@@ -104,7 +104,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
       ``r'_i = r_i · (1 − p · k_i / n_g)``, ``k_i`` the rank of the experience's *masked* mean log-prob
       (``action_mask`` tokens only) in its group, 0 = least likely, ties broken by batch order. The
       corrected reward is used in the numerator too (the reference subtracts the corrected mean from the
-      raw reward, defect 8.1). Without a penalty ``r' = r``.
+      raw reward; see docs/refdiff/advplugins.md). Without a penalty ``r' = r``.
     * ``std_threshold = t``: drop every experience of a group with ``σ_g ≤ t`` (and every singleton);
       the count is reported as ``filtered_count``.
     * ``duplicate_experiences`` (POLARIS, https://hkunlp.github.io/blog/2025/Polaris; only with
@@ -112,7 +112,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
       survivors, each copy next to its source, in the same task group, with a fresh suffix
       ``"{suffix}-dup{c}"`` (exact policy: :mod:`trinity_plugin_grpo.duplicate`).
 
-    Policies (differences from the reference, section 8):
+    Policies (differences from trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
 
     * **singleton groups** get advantage exactly 0 (the reference uses the raw reward ``r/(1+ε)``) and
       are excluded from every statistic, ``σ_batch`` and the ``reward_mean``/``reward_std`` metrics; with
@@ -143,7 +143,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
     def group_rewards(self, exps: list[Experience]) -> Tensor:
         """The rewards ``r'`` of one group (rank-corrected when ``rank_penalty`` is set), float64."""
         where = f"{type(self).name()} advantage"
-        rewards = torch.tensor([finite_reward(e, where) for e in exps], dtype=torch.float64)
+        rewards = finite_rewards(exps, where)
         if self.rank_penalty is None or len(exps) < 2:
             return rewards
         lp = [_masked_mean_logprob(e, where) for e in exps]

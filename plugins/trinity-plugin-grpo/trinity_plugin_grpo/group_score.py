@@ -17,7 +17,7 @@ none), ``group_advantages/singleton_count`` and one ``group_advantages/{name}`` 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
@@ -25,7 +25,7 @@ from torch import Tensor
 
 from trinity_core.components import GroupAdvantage, Metrics, summarize_masked_metric, write_advantages
 from trinity_core.components.group_metrics import GROUP_PREFIX as PREFIX
-from trinity_core.components.reward_check import finite_reward
+from trinity_core.components.reward_check import check_finite_rewards, finite_rewards
 from trinity_core.experience import Experience
 from trinity_plugin_grpo.baselines import GroupScores
 
@@ -83,9 +83,8 @@ class GroupScoreAdvantage(GroupAdvantage):
     def _where(self) -> str:
         return f"{type(self).name()} advantage"
 
-    def _rewards(self, exps: list[Experience]) -> Tensor:
-        where = self._where()
-        return torch.tensor([finite_reward(e, where) for e in exps], dtype=torch.float64)
+    def _rewards(self, exps: Sequence[Experience]) -> Tensor:
+        return finite_rewards(exps, self._where())
 
     # ------------------------------------------------------------------ per group (seed API)
 
@@ -145,7 +144,7 @@ class GroupScoreAdvantage(GroupAdvantage):
         Rewards are validated from the source experiences (Python floats), never read from tensors.
         """
         if not batch.rewards_are_finite():
-            self._rewards(batch.experiences)  # raises, naming the first bad experience
+            check_finite_rewards(batch.experiences, self._where())
         mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
         lengths = mask.sum(dim=-1)
         level = self.group_level

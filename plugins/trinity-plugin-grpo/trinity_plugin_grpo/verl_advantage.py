@@ -33,7 +33,7 @@ class GRPOVerlArgs(ComponentArgs):
 class GRPOVerlAdvantage(TrainerAdvantage):
     """GRPO in the trainer: A = (sum_t score_t - mean_g) / (std_g + epsilon) on the trainer batch.
 
-    The trainer-side GRPO of verl and of the reference (``grpo_verl``, section 2.2; Shao et al.,
+    The trainer-side GRPO of verl and of the reference (``grpo_verl``; Shao et al.,
     *DeepSeekMath*, arXiv:2402.03300). It runs on the columnar
     :class:`~trinity_core.batch.ExperienceBatch` (``compute_in_trainer()`` is True), so it belongs to
     algorithm presets with ``compute_advantage_in_trainer = True``; the pipeline-side ``grpo`` computes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
@@ -27,7 +28,7 @@ __all__ = ["CorrectBiasAddStrategy", "CorrectBiasArgs"]
 
 
 class CorrectBiasArgs(ComponentArgs):
-    """Arguments of :class:`CorrectBiasAddStrategy` (defaults = seed 000)."""
+    """Arguments of :class:`CorrectBiasAddStrategy` (defaults of the earlier add-strategy API)."""
 
     epsilon: float = Field(1e-6, ge=0, description="Added to the group std of the corrected rewards.")
     rank_penalty: float = Field(
@@ -38,7 +39,7 @@ class CorrectBiasArgs(ComponentArgs):
     )
 
 
-def _logprob_rows(exps: list[Experience], where: str) -> tuple[list[Tensor], list[Tensor]]:
+def _logprob_rows(exps: Sequence[Experience], where: str) -> tuple[list[Tensor], list[Tensor]]:
     rows, masks = [], []
     for exp in exps:
         if exp.logprobs is None:
@@ -61,14 +62,14 @@ class CorrectBiasAddStrategy(GroupAdvantageStrategy):
     Unlikeliness reward (He et al., arXiv:2506.02355): within each task group, a likelier sample
     (higher masked mean log-prob) has its reward shrunk, so rare correct samples gain. Formulas in
     :mod:`trinity_plugin_polaris.rank_bias`: ``A_i = (r'_i − μ'_g) / (σ'_g + ε)`` with the corrected
-    reward in the numerator (as the seed strategy), float64, ties broken by batch order, log-probs
+    reward in the numerator (as the earlier add strategy), float64, ties broken by batch order, log-probs
     averaged over action tokens only. Writes every experience (advantages set, ``returns = advantages``)
     in one ``write`` call, grouped, groups in first-appearance order.
 
-    Policies: singleton groups get advantage 0 (the seed: ``r/(1+ε)``) and no statistics; a group whose
-    *corrected* rewards are equal gets exactly 0. ``zero_variance_policy = "finite"``: a group of equal
-    raw rewards ``r ≠ 0`` is not zero-variance after the correction and gets finite non-zero advantages
-    (that is the method: it ranks all-correct groups by likelihood). Metrics:
+    Policies: singleton groups get advantage 0 (the earlier strategy: ``r/(1+ε)``) and no statistics; a group
+    whose *corrected* rewards are equal gets exactly 0. ``zero_variance_policy = "finite"``: a group of equal
+    raw rewards ``r ≠ 0`` is not zero-variance after the correction and gets finite non-zero advantages (that
+    is the method: it ranks all-correct groups by likelihood). Metrics:
     ``group_advantages/reward_mean|reward_std/{mean,max,min}`` of ``r'`` over non-singleton groups and
     ``group_advantages/singleton_count/sum``.
     """

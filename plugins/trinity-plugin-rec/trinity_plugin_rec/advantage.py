@@ -10,7 +10,7 @@ from torch import Tensor
 
 from trinity_core.components import ComponentArgs, GroupAdvantage, Metrics, write_advantages
 from trinity_core.components.group_metrics import metric_column, run_per_group
-from trinity_core.components.reward_check import check_finite_rewards, finite_reward
+from trinity_core.components.reward_check import check_finite_rewards, finite_rewards
 from trinity_core.experience import Experience
 from trinity_core.ops import group_stats
 from trinity_plugin_rec.kernel import drop_keys, rec_scores
@@ -65,7 +65,7 @@ class RECGroupedAdvantage(GroupAdvantage):
     4. ``A_i = r_i − μ_g``, or ``(r_i − μ_g) / (σ_g + ε)`` with ``std_normalize``; broadcast over the
        response and multiplied by ``action_mask``; ``returns = advantages``.
 
-    Policies (differences from the reference, section 8 items 2 and 9):
+    Policies (differences from trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
 
     * **dropped experiences** are removed from the output by default (``keep_dropped=False``), so they no
       longer dilute token-mean denominators with zero-advantage tokens; ``keep_dropped=True`` keeps them
@@ -102,7 +102,7 @@ class RECGroupedAdvantage(GroupAdvantage):
         """
         where = f"{type(self).name()} advantage (group {group_id})"
         n = len(exps)
-        rewards = torch.tensor([finite_reward(e, where) for e in exps], dtype=torch.float64)
+        rewards = finite_rewards(exps, where)
         one_group = torch.zeros(n, dtype=torch.int64)
         first_mean = float(group_stats(rewards, one_group, 1).mean[0])
         negatives = [i for i in range(n) if float(rewards[i]) < first_mean]
