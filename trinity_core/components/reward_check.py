@@ -8,15 +8,19 @@ one is ``None``, NaN or infinite, raise a ``ValueError`` that names the componen
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
+from operator import attrgetter
 
 import torch
 from torch import Tensor
 
-from trinity_core.batch import gather_rewards
+from trinity_core.batch import all_finite
 from trinity_core.experience import Experience
 
 __all__ = ["EVERY_EXPERIENCE", "check_finite_rewards", "finite_reward", "finite_rewards"]
+
+_REWARD = attrgetter("reward")
 
 EVERY_EXPERIENCE = "every experience needs a finite reward"
 """The default requirement stated by the error of :func:`finite_reward`."""
@@ -50,7 +54,12 @@ def check_finite_rewards(exps: Sequence[Experience], where: str) -> None:
 
 def finite_rewards(exps: Sequence[Experience], where: str) -> Tensor:
     """The rewards of ``exps`` as ``(N,)`` float64, or :func:`finite_reward`'s error for the first bad one."""
-    rewards, _ = gather_rewards(exps)
-    if not bool(torch.isfinite(rewards).all()):  # a CPU tensor built from Python floats
+    raw = list(map(_REWARD, exps))
+    if not all_finite(raw):
         check_finite_rewards(exps, where)
-    return rewards
+    if not raw:
+        return torch.zeros(0, dtype=torch.float64)
+    try:  # one C-level copy of the floats into a buffer the tensor shares
+        return torch.frombuffer(array("d", raw), dtype=torch.float64)
+    except TypeError:  # a reward that array() does not take (e.g. a 0-d tensor)
+        return torch.tensor([float(r) for r in raw], dtype=torch.float64)
