@@ -67,7 +67,7 @@ class JSDAdvantage(TrainerAdvantage):
         ``jsd = β (t − log m) + (1 − β)(s − log m)``  (``β = 0``: ``s − t``; ``β = 1``: ``t − s``),
         ``A_bt = −kl_coef · jsd_bt · m_bt``,  ``returns = A``.
 
-    **A per-sampled-token surrogate, not the divergence** (reference defect 19). The true generalised
+    **A per-sampled-token surrogate, not the divergence**, as in trinity-rft 0.6.0. The true generalised
     JSD sums over the vocabulary, ``β·KL(p_t‖m) + (1 − β)·KL(p_s‖m)``; here each term is replaced by
     the log-ratio at the one sampled token, without the importance weight ``p_t/p_s`` the teacher term
     would need under student sampling. So ``jsd`` is not an unbiased estimate, **can be negative**, and

@@ -12,8 +12,10 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, GroupAdvantage, Metrics, write_advantages
+from trinity_core.components.group_kernels import group_ranks
+from trinity_core.components.group_metrics import metric_column, run_per_group
 from trinity_core.experience import Experience, group_by
-from trinity_plugin_gigpo.kernel import gigpo_scores, normalize_groups, step_positions
+from trinity_plugin_gigpo.kernel import gigpo_scores, normalize_groups
 from trinity_plugin_gigpo.metrics import gigpo_metrics
 
 if TYPE_CHECKING:
@@ -65,7 +67,7 @@ class GiGPOAdvantageFn(GroupAdvantage):
     experiences with the same ``str(info[env_state_hash_key])``; ``advantages = A · action_mask``,
     ``returns = advantages``.
 
-    Differences from the reference (section 8 items 2, 3 and 8):
+    Differences from the reference (trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
 
     * **anchor groups are scoped per task**: equal state hashes of different tasks (different prompts or
       environments) are different states; the reference buckets over the whole batch;
@@ -162,24 +164,15 @@ class GiGPOAdvantageFn(GroupAdvantage):
         """Per-task path with the same metrics as the vectorized one."""
         if len(exps) == 0:
             return [], {}
-        out: list[Experience] = []
-        per_group: list[Metrics] = []
-        for group_id, group in self.group_experiences(list(exps)).items():
-            kept, metrics = self.calculate_group_advantage(group_id, group)
-            out.extend(kept)
-            per_group.append(metrics)
-
-        def column(key: str, dtype: torch.dtype) -> Tensor:
-            return torch.tensor([float(m[key]) for m in per_group], dtype=dtype)
-
+        out, per_group = run_per_group(self, exps)
         metrics = gigpo_metrics(
-            column("episode_reward_mean", torch.float64),
-            column("episode_reward_std", torch.float64),
-            column("valid", torch.bool),
-            column("anchors", torch.int64).sum(),
-            column("anchors_gt1", torch.int64).sum(),
-            column("abs_a_e", torch.float64).sum(),
-            column("abs_a_s", torch.float64).sum(),
+            metric_column(per_group, "episode_reward_mean"),
+            metric_column(per_group, "episode_reward_std"),
+            metric_column(per_group, "valid", torch.bool),
+            metric_column(per_group, "anchors", torch.int64).sum(),
+            metric_column(per_group, "anchors_gt1", torch.int64).sum(),
+            metric_column(per_group, "abs_a_e").sum(),
+            metric_column(per_group, "abs_a_s").sum(),
             len(out),
         )
         return out, metrics
@@ -234,7 +227,8 @@ class GiGPOAdvantageFn(GroupAdvantage):
     ) -> tuple[Tensor, Metrics]:
         """The numeric core of :meth:`process_batch` on raw tensors (no host synchronisation)."""
         device = run_index.device
-        position = step_positions(steps.to(device), run_index, num_runs)
+        # 0-based rank of each step inside its run (ties: batch order)
+        position = group_ranks(steps.to(device).to(torch.int64), run_index.long(), num_runs)
         s = gigpo_scores(
             step_rewards.to(device),
             task_index,

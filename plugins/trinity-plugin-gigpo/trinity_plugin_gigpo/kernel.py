@@ -19,40 +19,15 @@ one experience, ordered by ``eid.step``; ``r_t`` is its immediate reward (chosen
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
+from trinity_core.components.group_kernels import ZERO_STD_RTOL
 from trinity_core.ops import group_stats, segment_count, segment_sum
 
-__all__ = [
-    "ZERO_STD_RTOL",
-    "GiGPOScores",
-    "discounted_returns",
-    "gigpo_scores",
-    "normalize_groups",
-    "step_positions",
-]
-
-ZERO_STD_RTOL: Final[float] = 1e-12
-"""A group is zero-variance when ``std ≤ ZERO_STD_RTOL · max |v|`` (float64 noise of a few ulps)."""
-
-
-def step_positions(steps: Tensor, run_index: Tensor, num_runs: int) -> Tensor:
-    """0-based rank ``(N,)`` int64 of each experience's ``step`` inside its run (ties: batch order).
-
-    Two stable sorts (by step, then by run) give the order; the rank is the position in that order minus
-    the first position of the run.
-    """
-    idx = run_index.long()
-    order = torch.argsort(steps.to(torch.int64), stable=True)
-    order = order[torch.argsort(idx[order], stable=True)]
-    counts = segment_count(idx, num_runs)
-    starts = torch.cumsum(counts, 0) - counts
-    position = torch.empty_like(order)
-    position[order] = torch.arange(steps.shape[0], device=steps.device)
-    return position - starts[idx]
+__all__ = ["GiGPOScores", "discounted_returns", "gigpo_scores", "normalize_groups"]
 
 
 def discounted_returns(

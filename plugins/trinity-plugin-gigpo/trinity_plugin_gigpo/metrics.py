@@ -15,16 +15,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trinity_core.components import summarize_masked_metric
+from trinity_core.components.group_metrics import group_reward_metrics
 
-__all__ = ["PREFIX", "gigpo_metrics", "masked_summary"]
+__all__ = ["PREFIX", "gigpo_metrics"]
 
 PREFIX = "gigpo"
-
-
-def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
-    """:func:`~trinity_core.components.summarize_masked_metric` under this plugin's metric prefix."""
-    return summarize_masked_metric(values, mask, name, prefix)
 
 
 def gigpo_metrics(
@@ -38,8 +33,13 @@ def gigpo_metrics(
     count: int,
 ) -> dict[str, Tensor]:
     """The metric dict of the module docstring from per-task tensors and batch totals."""
-    metrics = masked_summary(episode_mean, task_valid, "episode_reward_mean")
-    metrics.update(masked_summary(episode_std, task_valid, "episode_reward_std"))
+    metrics = group_reward_metrics(
+        episode_mean,
+        episode_std,
+        task_valid,
+        prefix=PREFIX,
+        names=("episode_reward_mean", "episode_reward_std"),
+    )
     n = max(count, 1)
     metrics[f"{PREFIX}/single_run_task_count"] = (~task_valid).sum()
     metrics[f"{PREFIX}/anchor_groups_total"] = anchors_total

@@ -19,7 +19,7 @@ __all__ = ["GRPOAddStrategy", "GRPOAddStrategyArgs"]
 
 
 class GRPOAddStrategyArgs(ComponentArgs):
-    """Arguments of :class:`GRPOAddStrategy` (the seed's ``default_args()``: only ``epsilon``)."""
+    """Arguments of :class:`GRPOAddStrategy` (as the earlier add-strategy API: only ``epsilon``)."""
 
     epsilon: float = Field(1e-6, ge=0, description="Added to the group reward std before dividing.")
 
@@ -27,10 +27,11 @@ class GRPOAddStrategyArgs(ComponentArgs):
 class GRPOAddStrategy(GroupAdvantageStrategy):
     """GRPO add strategy: A_i = (r_i - mean_g) / (std_g + epsilon) per task group, then one buffer write.
 
-    The older pipeline API of GRPO (seed 000): ``await strategy.add(experiences, step)`` computes the
+    The older pipeline API of GRPO (Trinity-RFT's earlier ``trinity.algorithm.add_strategy`` module):
+    ``await strategy.add(experiences, step)`` computes the
     advantages of one explore step exactly as :class:`~trinity_plugin_grpo.advantage.GRPOGroupedAdvantage`
     with default options (float64 statistics, singleton groups and zero-variance groups get advantage
-    exactly 0, where the seed gave singletons ``r/(1+ε)``) and writes every experience through
+    exactly 0, where the earlier strategy gave singletons ``r/(1+ε)``) and writes every experience through
     ``self.writer`` in **one** ``write`` call, grouped, groups in first-appearance order. Returns
     ``(number written, metrics)`` with the metrics of :mod:`trinity_plugin_grpo.metrics`.
     """

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import math
-from array import array
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.batch import all_finite, gather_group_codes
+from trinity_core.batch import gather_group_codes
 from trinity_core.components import (
     ComponentArgs,
     GroupAdvantage,
@@ -20,10 +18,12 @@ from trinity_core.components import (
     grouped_order,
     write_advantages,
 )
+from trinity_core.components.group_kernels import ZERO_STD_RTOL, mean_logprob
+from trinity_core.components.reward_check import check_finite_rewards, finite_reward, finite_rewards
 from trinity_core.experience import Experience
 from trinity_core.ops import group_stats
 from trinity_plugin_grpo.duplicate import duplicate_to_count
-from trinity_plugin_grpo.kernel import ZERO_STD_RTOL, grpo_scores, mean_logprob
+from trinity_plugin_grpo.kernel import grpo_scores
 from trinity_plugin_grpo.metrics import grpo_metrics
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ __all__ = ["GRPOArgs", "GRPOGroupedAdvantage"]
 
 
 class GRPOArgs(ComponentArgs):
-    """Arguments of :class:`GRPOGroupedAdvantage` (defaults are the seed's ``default_args()``)."""
+    """Arguments of :class:`GRPOGroupedAdvantage` (defaults are the earlier API's ``default_args()``)."""
 
     epsilon: float = Field(1e-6, ge=0, description="Added to the standard deviation before dividing.")
     std_threshold: float | None = Field(
@@ -69,26 +69,7 @@ class GRPOArgs(ComponentArgs):
     )
 
 
-_REWARD = attrgetter("reward")
 _EXPERIENCE_TYPE = attrgetter("experience_type")
-
-
-def _finite_reward(exp: Experience, where: str) -> float:
-    reward = exp.reward
-    if reward is None or not math.isfinite(reward):
-        raise ValueError(
-            f"{where}: experience {exp.eid.uid} has reward {reward!r}; GRPO needs a finite reward for "
-            "every experience: score it with the reward function or filter it out first"
-        )
-    return float(reward)
-
-
-def _reward_tensor(rewards: list[Any]) -> Tensor:
-    """``(N,)`` float64 of finite rewards (through ``array``: ~4x faster than ``torch.tensor``)."""
-    try:
-        return torch.frombuffer(array("d", rewards), dtype=torch.float64)
-    except TypeError:  # a reward array() does not take (e.g. a 0-d tensor)
-        return torch.tensor([float(r) for r in rewards], dtype=torch.float64)
 
 
 def _masked_mean_logprob(exp: Experience, where: str) -> float:
@@ -123,7 +104,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
       ``r'_i = r_i · (1 − p · k_i / n_g)``, ``k_i`` the rank of the experience's *masked* mean log-prob
       (``action_mask`` tokens only) in its group, 0 = least likely, ties broken by batch order. The
       corrected reward is used in the numerator too (the reference subtracts the corrected mean from the
-      raw reward, defect 8.1). Without a penalty ``r' = r``.
+      raw reward; see docs/refdiff/advplugins.md). Without a penalty ``r' = r``.
     * ``std_threshold = t``: drop every experience of a group with ``σ_g ≤ t`` (and every singleton);
       the count is reported as ``filtered_count``.
     * ``duplicate_experiences`` (POLARIS, https://hkunlp.github.io/blog/2025/Polaris; only with
@@ -131,7 +112,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
       survivors, each copy next to its source, in the same task group, with a fresh suffix
       ``"{suffix}-dup{c}"`` (exact policy: :mod:`trinity_plugin_grpo.duplicate`).
 
-    Policies (differences from the reference, section 8):
+    Policies (differences from trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
 
     * **singleton groups** get advantage exactly 0 (the reference uses the raw reward ``r/(1+ε)``) and
       are excluded from every statistic, ``σ_batch`` and the ``reward_mean``/``reward_std`` metrics; with
@@ -162,7 +143,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
     def group_rewards(self, exps: list[Experience]) -> Tensor:
         """The rewards ``r'`` of one group (rank-corrected when ``rank_penalty`` is set), float64."""
         where = f"{type(self).name()} advantage"
-        rewards = torch.tensor([_finite_reward(e, where) for e in exps], dtype=torch.float64)
+        rewards = finite_rewards(exps, where)
         if self.rank_penalty is None or len(exps) < 2:
             return rewards
         lp = [_masked_mean_logprob(e, where) for e in exps]
@@ -183,7 +164,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
         """
         metrics: Metrics = {}
         if len(exps) == 1:
-            _finite_reward(exps[0], f"{type(self).name()} advantage")
+            finite_reward(exps[0], f"{type(self).name()} advantage")
             metrics["singleton_count"] = 1
             if self.std_threshold is not None:
                 metrics["skipped_count"] = 1
@@ -263,8 +244,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
         """
         where = f"{type(self).name()} advantage"
         if not batch.rewards_are_finite():
-            for exp in batch.experiences:
-                _finite_reward(exp, where)
+            check_finite_rewards(batch.experiences, where)
         logprob_means = None
         if self.rank_penalty is not None:
             if batch.logprobs is None:
@@ -339,13 +319,9 @@ class GRPOGroupedAdvantage(GroupAdvantage):
             kept, metrics = super().process_vectorized(exps)
             return self._refill(kept, len(exps), metrics)
         exps = list(exps)
-        raw = list(map(_REWARD, exps))
-        if not all_finite(raw):
-            where = f"{type(self).name()} advantage"
-            for exp in exps:
-                _finite_reward(exp, where)
+        rewards = finite_rewards(exps, f"{type(self).name()} advantage")
         index, num_groups = gather_group_codes(exps, self.group_level)
-        advantages, metrics, keep = self.scores_from_tensors(_reward_tensor(raw), index, num_groups)
+        advantages, metrics, keep = self.scores_from_tensors(rewards, index, num_groups)
         write_advantages(exps, advantages)
         kept = grouped_order(exps, index, keep if self.std_threshold is not None else None)
         return self._refill(kept, len(exps), metrics)

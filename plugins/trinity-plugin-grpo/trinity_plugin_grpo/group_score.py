@@ -17,17 +17,17 @@ none), ``group_advantages/singleton_count`` and one ``group_advantages/{name}`` 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from torch import Tensor
 
-from trinity_core.components import GroupAdvantage, Metrics, write_advantages
+from trinity_core.components import GroupAdvantage, Metrics, summarize_masked_metric, write_advantages
+from trinity_core.components.group_metrics import GROUP_PREFIX as PREFIX
+from trinity_core.components.reward_check import check_finite_rewards, finite_rewards
 from trinity_core.experience import Experience
-from trinity_plugin_grpo.advantage import _finite_reward
 from trinity_plugin_grpo.baselines import GroupScores
-from trinity_plugin_grpo.metrics import PREFIX, masked_summary
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -48,7 +48,7 @@ def group_score_metrics(
     group_mean: Tensor, group_valid: Tensor, singleton_count: Tensor, context: Mapping[str, Tensor]
 ) -> Metrics:
     """The metric dict described in the module docstring."""
-    metrics: Metrics = dict(masked_summary(group_mean, group_valid, "reward_mean"))
+    metrics: Metrics = summarize_masked_metric(group_mean, group_valid, "reward_mean", PREFIX)
     metrics[f"{PREFIX}/singleton_count"] = singleton_count
     for name, value in context.items():
         metrics[f"{PREFIX}/{name}"] = value.detach().to(torch.float64)
@@ -83,9 +83,8 @@ class GroupScoreAdvantage(GroupAdvantage):
     def _where(self) -> str:
         return f"{type(self).name()} advantage"
 
-    def _rewards(self, exps: list[Experience]) -> Tensor:
-        where = self._where()
-        return torch.tensor([_finite_reward(e, where) for e in exps], dtype=torch.float64)
+    def _rewards(self, exps: Sequence[Experience]) -> Tensor:
+        return finite_rewards(exps, self._where())
 
     # ------------------------------------------------------------------ per group (seed API)
 
@@ -145,7 +144,7 @@ class GroupScoreAdvantage(GroupAdvantage):
         Rewards are validated from the source experiences (Python floats), never read from tensors.
         """
         if not batch.rewards_are_finite():
-            self._rewards(batch.experiences)  # raises, naming the first bad experience
+            check_finite_rewards(batch.experiences, self._where())
         mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
         lengths = mask.sum(dim=-1)
         level = self.group_level

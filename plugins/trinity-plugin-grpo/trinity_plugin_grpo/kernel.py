@@ -8,7 +8,7 @@ Notation for one group ``g`` of ``n_g`` experiences with rewards ``r_i``:
 
 * rank correction (``rank_penalty = p``): ``r'_i = r_i · (1 − p · k_i / n_g)`` where ``k_i`` in
   ``0 .. n_g − 1`` is the rank of the experience's masked mean log-prob inside its group (0 = lowest; ties
-  keep batch order). Without a penalty ``r' = r``.
+  keep batch order; :mod:`trinity_core.components.group_kernels`). Without a penalty ``r' = r``.
 * ``μ_g = mean(r')``, ``σ_g = std_unbiased(r')`` in float64 over the experiences of groups with at least
   two members (singleton groups take part in no statistic);
 * ``A_i = (r'_i − μ_g) / (σ + ε)`` with ``σ = σ_g`` (``std_cal_level="group"``) or ``σ_batch`` = the
@@ -20,55 +20,15 @@ Notation for one group ``g`` of ``n_g`` experiences with rewards ``r_i``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-from trinity_core.ops import group_stats, masked_mean, segment_count
+from trinity_core.components.group_kernels import ZERO_STD_RTOL, rank_corrected_rewards
+from trinity_core.ops import group_stats
 
-__all__ = [
-    "ZERO_STD_RTOL",
-    "GRPOScores",
-    "group_ranks",
-    "grpo_scores",
-    "mean_logprob",
-    "rank_corrected_rewards",
-]
-
-ZERO_STD_RTOL: Final[float] = 1e-12
-"""A group is zero-variance when ``σ_g ≤ ZERO_STD_RTOL · max |r'|`` (float64 noise of a few ulps)."""
-
-
-def mean_logprob(logprobs: Tensor, mask: Tensor) -> Tensor:
-    """Masked mean log-prob per row ``(N,)`` float64: ``Σ_t m·lp / max(Σ_t m, 1)`` (0 for empty rows)."""
-    # Sums in float64; on CPU masked_mean converts a block of rows at a time, never the whole tensor.
-    return masked_mean(logprobs, mask, dim=-1, dtype=torch.float64)
-
-
-def group_ranks(values: Tensor, index: Tensor, num_groups: int) -> Tensor:
-    """Rank ``(N,)`` int64 of each value inside its group, ascending, ties broken by position.
-
-    ``k_i = #{j in group(i) : v_j < v_i or (v_j == v_i and j < i)}``: two stable sorts (by value, then by
-    group) give the order; the rank is the position in that order minus the group's first position.
-    """
-    n = values.shape[0]
-    order = torch.argsort(values, stable=True)
-    order = order[torch.argsort(index[order], stable=True)]
-    counts = segment_count(index, num_groups)
-    starts = torch.cumsum(counts, 0) - counts
-    position = torch.empty_like(order)
-    position[order] = torch.arange(n, device=values.device)
-    return position - starts[index]
-
-
-def rank_corrected_rewards(
-    rewards: Tensor, index: Tensor, num_groups: int, logprob_means: Tensor, rank_penalty: float
-) -> Tensor:
-    """``r'_i = r_i · (1 − p · k_i / n_g)`` in float64 (see the module docstring)."""
-    sizes = segment_count(index, num_groups)[index].to(torch.float64)
-    ranks = group_ranks(logprob_means, index, num_groups).to(torch.float64)
-    return rewards.to(torch.float64) * (1.0 - rank_penalty * ranks / sizes)
+__all__ = ["GRPOScores", "grpo_scores"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +75,8 @@ def grpo_scores(
         std_threshold: drop groups with ``σ_g ≤ std_threshold`` (and singletons); None keeps all.
         rank_penalty: ``p`` of the rank correction; requires ``logprob_means``.
         std_cal_level: ``"group"`` (divide by ``σ_g``) or ``"batch"`` (divide by ``σ_batch``).
-        logprob_means: ``(N,)`` masked mean log-prob per experience (:func:`mean_logprob`).
+        logprob_means: ``(N,)`` masked mean log-prob per experience
+            (:func:`~trinity_core.components.group_kernels.mean_logprob`).
     """
     if rank_penalty is not None:
         if logprob_means is None:

@@ -17,16 +17,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trinity_core.components import summarize_masked_metric
+from trinity_core.components.group_metrics import GROUP_PREFIX as PREFIX
+from trinity_core.components.group_metrics import group_reward_metrics
 
-__all__ = ["PREFIX", "grpo_metrics", "masked_summary"]
-
-PREFIX = "group_advantages"
-
-
-def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
-    """:func:`~trinity_core.components.summarize_masked_metric` under this plugin's metric prefix."""
-    return summarize_masked_metric(values, mask, name, prefix)
+__all__ = ["PREFIX", "grpo_metrics"]
 
 
 def grpo_metrics(
@@ -38,8 +32,7 @@ def grpo_metrics(
     batch_std: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """The metric dict described in the module docstring, from per-group tensors."""
-    metrics = masked_summary(group_mean, group_valid, "reward_mean")
-    metrics.update(masked_summary(group_std, group_valid, "reward_std"))
+    metrics = group_reward_metrics(group_mean, group_std, group_valid)
     metrics[f"{PREFIX}/singleton_count"] = singleton_count
     if batch_std is not None:
         metrics[f"{PREFIX}/batch_reward_std"] = batch_std.detach().to(torch.float64)

@@ -1,10 +1,10 @@
 """Configuration checks shared by the ``grpo`` and ``dapo`` presets.
 
-:func:`check_advantage_placement` enforces that the preset's ``compute_advantage_in_trainer`` agrees with
-the configured advantage function's ``compute_in_trainer()``. The reference does not: its
-``grpo_verl`` preset computes advantages in the trainer but names the pipeline-side ``grpo``, and a
-``grpo`` run configured with the trainer-side ``grpo_verl`` never computes advantages at all (reference
-section 8.14). A mismatch is rejected, never silently switched, because the user named the function.
+:func:`check_advantage_placement` enforces that the preset's ``compute_advantage_in_trainer`` agrees with the
+configured advantage function's ``compute_in_trainer()``. The reference does not: its ``grpo_verl`` preset
+computes advantages in the trainer but names the pipeline-side ``grpo``, and a ``grpo`` run configured with
+the trainer-side ``grpo_verl`` never computes advantages at all. A mismatch is rejected, never silently
+switched, because the user named the function.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def check_advantage_placement(algorithm: Any, config: Any) -> None:
         f"algorithm.advantage_fn {name!r} runs in the trainer (compute_in_trainer() is True) but "
         f"algorithm {preset!r} computes advantages in the experience pipeline "
         f"(compute_advantage_in_trainer=False), so experiences would reach the trainer without "
-        f"advantages (reference defect 8.14); use advantage_fn 'grpo'{hint} or a pipeline-side "
+        f"advantages; use advantage_fn 'grpo'{hint} or a pipeline-side "
         f"advantage function, or an algorithm preset with compute_advantage_in_trainer=True"
     )
 

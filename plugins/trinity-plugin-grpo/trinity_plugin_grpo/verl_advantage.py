@@ -9,10 +9,10 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, Metrics, TrainerAdvantage
-from trinity_plugin_grpo.advantage import _finite_reward
+from trinity_core.components.group_metrics import GROUP_PREFIX, group_reward_metrics
+from trinity_core.components.reward_check import check_finite_rewards
 from trinity_plugin_grpo.baselines import centred_scores
 from trinity_plugin_grpo.kernel import grpo_scores
-from trinity_plugin_grpo.metrics import PREFIX, masked_summary
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -33,7 +33,7 @@ class GRPOVerlArgs(ComponentArgs):
 class GRPOVerlAdvantage(TrainerAdvantage):
     """GRPO in the trainer: A = (sum_t score_t - mean_g) / (std_g + epsilon) on the trainer batch.
 
-    The trainer-side GRPO of verl and of the reference (``grpo_verl``, section 2.2; Shao et al.,
+    The trainer-side GRPO of verl and of the reference (``grpo_verl``; Shao et al.,
     *DeepSeekMath*, arXiv:2402.03300). It runs on the columnar
     :class:`~trinity_core.batch.ExperienceBatch` (``compute_in_trainer()`` is True), so it belongs to
     algorithm presets with ``compute_advantage_in_trainer = True``; the pipeline-side ``grpo`` computes
@@ -66,8 +66,7 @@ class GRPOVerlAdvantage(TrainerAdvantage):
     def compute(self, batch: ExperienceBatch) -> tuple[Tensor, Tensor, Metrics]:
         """``(advantages, returns, metrics)``, both ``(N, R)`` float32 (no host synchronisation)."""
         if batch.token_level_reward is None and not batch.rewards_are_finite():
-            for exp in batch.experiences:
-                _finite_reward(exp, f"{type(self).name()} advantage")
+            check_finite_rewards(batch.experiences, f"{type(self).name()} advantage")
         token_scores = batch.token_level_scores()
         mask = batch.response_mask.to(token_scores.device)
         sequence_scores = torch.where(mask, token_scores.to(torch.float64), 0.0).sum(dim=-1)
@@ -79,7 +78,6 @@ class GRPOVerlAdvantage(TrainerAdvantage):
         else:
             per_sequence = centred_scores(sequence_scores, index, num_groups).advantages
         advantages = per_sequence.to(torch.float32)[:, None].expand(mask.shape)
-        metrics: Metrics = dict(masked_summary(stats.group_mean, stats.group_valid, "reward_mean"))
-        metrics.update(masked_summary(stats.group_std, stats.group_valid, "reward_std"))
-        metrics[f"{PREFIX}/singleton_count"] = (~stats.group_valid[index]).sum()
+        metrics: Metrics = group_reward_metrics(stats.group_mean, stats.group_std, stats.group_valid)
+        metrics[f"{GROUP_PREFIX}/singleton_count"] = (~stats.group_valid[index]).sum()
         return advantages, advantages, metrics

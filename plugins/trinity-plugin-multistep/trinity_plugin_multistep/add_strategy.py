@@ -1,4 +1,4 @@
-"""``step_wise_grpo`` add strategy: :class:`StepWiseGRPOStrategy` (seed 000
+"""``step_wise_grpo`` add strategy: :class:`StepWiseGRPOStrategy` (earlier Trinity-RFT
 ``trinity.algorithm.add_strategy.step_wise_add_strategy``)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ __all__ = ["StepWiseGRPOStrategy", "StepWiseGRPOStrategyArgs"]
 
 
 class StepWiseGRPOStrategyArgs(ComponentArgs):
-    """Arguments of :class:`StepWiseGRPOStrategy` (the seed's: ``epsilon``, ``enable_step_norm``)."""
+    """Arguments of :class:`StepWiseGRPOStrategy` (the earlier API's: ``epsilon``, ``enable_step_norm``)."""
 
     epsilon: float = Field(
         1e-6, ge=0, description="Added to the std of the last-step rewards before dividing."
@@ -32,12 +32,13 @@ class StepWiseGRPOStrategyArgs(ComponentArgs):
 class StepWiseGRPOStrategy(AddStrategy):
     """Step-wise GRPO add strategy: last-step GRPO scores broadcast to every step, then one buffer write.
 
-    The older pipeline API of ``step_wise_grpo`` (seed 000, inspired by rLLM): ``await add(exps, step)``
-    computes exactly what :class:`~trinity_plugin_multistep.advantage.StepWiseGRPOAdvantageFn` computes
-    with ``std_cal_level="group"`` and no threshold (float64, the last step chosen by ``eid.step``, single
-    run tasks get 0 where the seed gave ``R/(1+ε)``) and writes every experience through ``self.writer``
-    in **one** ``write`` call, grouped by task (the seed wrote one call per run). Returns
-    ``(number written, metrics)``. The seed's helpers :meth:`calculate_group_advantage` and
+    The older pipeline API of ``step_wise_grpo`` (Trinity-RFT's earlier ``trinity.algorithm.add_strategy``
+    module, inspired by rLLM): ``await add(exps, step)`` computes exactly what
+    :class:`~trinity_plugin_multistep.advantage.StepWiseGRPOAdvantageFn` computes with
+    ``std_cal_level="group"`` and no threshold (float64, the last step chosen by ``eid.step``, single run
+    tasks get 0 where the earlier strategy gave ``R/(1+ε)``) and writes every experience through
+    ``self.writer`` in **one** ``write`` call, grouped by task (the earlier strategy wrote one call per run).
+    Returns ``(number written, metrics)``. The earlier API's helpers :meth:`calculate_group_advantage` and
     :meth:`broadcast_advantages` are kept for code that calls them.
     """
 

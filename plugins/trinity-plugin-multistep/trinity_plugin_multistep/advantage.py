@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Sequence
 from operator import attrgetter
@@ -16,9 +15,12 @@ from torch import Tensor
 from trinity_core.batch import gather_group_indices, gather_rewards
 from trinity_core.components import ComponentArgs, GroupAdvantage, Metrics, write_advantages
 from trinity_core.components.advantage import GroupComputation, grouped_order
+from trinity_core.components.group_kernels import ZERO_STD_RTOL
+from trinity_core.components.group_metrics import metric_column, run_per_group
+from trinity_core.components.reward_check import finite_reward
 from trinity_core.experience import Experience, group_by
 from trinity_core.ops import group_stats
-from trinity_plugin_multistep.kernel import ZERO_STD_RTOL, last_step_mask, step_wise_scores
+from trinity_plugin_multistep.kernel import last_step_mask, step_wise_scores
 from trinity_plugin_multistep.metrics import step_wise_metrics
 
 if TYPE_CHECKING:
@@ -59,14 +61,14 @@ def last_steps(runs: dict[str, list[Experience]]) -> dict[str, Experience]:
     return {rid: max(reversed(steps), key=lambda e: e.eid.step) for rid, steps in runs.items()}
 
 
-def _finite_reward(exp: Experience, where: str) -> float:
-    reward = exp.reward
-    if reward is None or not math.isfinite(reward):
-        raise ValueError(
-            f"{where}: experience {exp.eid.uid} is the last step of its run but has reward {reward!r}; the "
-            "last step of every run needs a finite reward (it is broadcast to the earlier steps)"
-        )
-    return float(reward)
+def _last_step_reward(exp: Experience, where: str) -> float:
+    """The reward of a run's last step, or a ValueError saying that it is broadcast to the other steps."""
+    return finite_reward(
+        exp,
+        where,
+        role=" (the last step of its run)",
+        requirement="the last step of every run needs a finite reward (it is broadcast to the earlier steps)",
+    )
 
 
 _EXPERIENCE_TYPE = attrgetter("experience_type")
@@ -75,7 +77,7 @@ _STEP = attrgetter("step")
 
 
 def _step_numbers(exps: Sequence[Experience]) -> Tensor:
-    """``(N,)`` int64 ``eid.step`` of each experience (through ``array``, ~2x faster than a list)."""
+    """``(N,)`` int64 ``eid.step`` of each experience (read into an ``array``: no Python int list)."""
     eids = list(map(_EID, exps))
     if not eids:
         return torch.zeros(0, dtype=torch.int64)
@@ -96,7 +98,7 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
     (``/ L_k`` with ``enable_step_norm``, ``L_k`` the number of experiences of the run in the batch);
     ``returns = advantages``. Exact formulas: :mod:`trinity_plugin_multistep.kernel`.
 
-    Policies (differences from the reference, section 8 items 2, 3 and 7):
+    Policies (differences from trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
 
     * the **last step** is the experience with the largest ``eid.step`` (the reference takes the last one in
       insertion order, wrong when a run's steps arrive out of order); only its reward is read, earlier
@@ -125,7 +127,7 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
     ) -> tuple[dict[str, float], Metrics, bool]:
         """Scores of one task's runs from their last steps: ``({rid: score}, metrics, skip)``."""
         where = f"{type(self).name()} advantage"
-        rewards = torch.tensor([_finite_reward(e, where) for e in last.values()], dtype=torch.float64)
+        rewards = torch.tensor([_last_step_reward(e, where) for e in last.values()], dtype=torch.float64)
         n = len(last)
         stats = group_stats(rewards, torch.zeros(n, dtype=torch.int64), 1)
         mean, std = stats.mean[0], stats.std_unbiased[0]
@@ -163,7 +165,7 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
         for exps in groups.values():
             last = last_steps(group_by(exps, "run"))
             if len(last) > 1:
-                values.extend(_finite_reward(e, where) for e in last.values())
+                values.extend(_last_step_reward(e, where) for e in last.values())
         t = torch.tensor(values, dtype=torch.float64)
         return group_stats(t, torch.zeros(len(values), dtype=torch.int64), 1).std_unbiased[0]
 
@@ -173,21 +175,12 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
             return [], {}
         groups = self.group_experiences(list(exps))
         precomputed = self.batch_std(groups) if self.std_cal_level == "batch" else None
-        out: list[Experience] = []
-        per_group: list[Metrics] = []
-        for group_id, group in groups.items():
-            kept, metrics = self.calculate_group_advantage(group_id, group, precomputed)
-            out.extend(kept)
-            per_group.append(metrics)
-
-        def column(key: str, dtype: torch.dtype) -> Tensor:
-            return torch.tensor([m[key] for m in per_group], dtype=dtype)
-
+        out, per_group = run_per_group(self, exps, precomputed_std=precomputed)
         metrics = step_wise_metrics(
-            column("reward_mean", torch.float64),
-            column("reward_std", torch.float64),
-            column("valid", torch.bool),
-            column("kept", torch.bool),
+            metric_column(per_group, "reward_mean"),
+            metric_column(per_group, "reward_std"),
+            metric_column(per_group, "valid", torch.bool),
+            metric_column(per_group, "kept", torch.bool),
             torch.tensor(len(out)),
             len(exps),
             precomputed,
@@ -257,11 +250,11 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
         write_advantages(exps, advantages)
         return grouped_order(exps, index["task"], keep if self.std_threshold is not None else None), metrics
 
-    def validate_last_rewards(self, exps: list[Experience]) -> None:
+    def validate_last_rewards(self, exps: Sequence[Experience]) -> None:
         """Raise the per-group path's error when the last step of some run has no finite reward."""
         where = f"{type(self).name()} advantage"
         for exp in last_steps(group_by(exps, "run")).values():
-            _finite_reward(exp, where)
+            _last_step_reward(exp, where)
 
     def scores_from_tensors(
         self,

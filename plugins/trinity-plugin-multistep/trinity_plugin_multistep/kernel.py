@@ -17,17 +17,15 @@ A task (``eid.tid``) has runs (``eid.rid``); a run has steps (one experience eac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
+from trinity_core.components.group_kernels import ZERO_STD_RTOL
 from trinity_core.ops import group_stats, segment_count, segment_sum
 
-__all__ = ["ZERO_STD_RTOL", "StepWiseScores", "last_step_mask", "step_wise_scores"]
-
-ZERO_STD_RTOL: Final[float] = 1e-12
-"""A task is zero-variance when ``σ_g ≤ ZERO_STD_RTOL · max |R|`` (float64 noise of a few ulps)."""
+__all__ = ["StepWiseScores", "last_step_mask", "step_wise_scores"]
 
 
 def last_step_mask(steps: Tensor, run_index: Tensor, num_runs: int) -> Tensor:

@@ -14,16 +14,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trinity_core.components import summarize_masked_metric
+from trinity_core.components.group_metrics import GROUP_PREFIX as PREFIX
+from trinity_core.components.group_metrics import group_reward_metrics
 
-__all__ = ["PREFIX", "masked_summary", "step_wise_metrics"]
-
-PREFIX = "group_advantages"
-
-
-def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
-    """:func:`~trinity_core.components.summarize_masked_metric` under this plugin's metric prefix."""
-    return summarize_masked_metric(values, mask, name, prefix)
+__all__ = ["PREFIX", "step_wise_metrics"]
 
 
 def step_wise_metrics(
@@ -36,8 +30,7 @@ def step_wise_metrics(
     batch_std: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """The metric dict of the module docstring from per-task tensors (``(G,)`` each)."""
-    metrics = masked_summary(group_mean, group_valid, "reward_mean")
-    metrics.update(masked_summary(group_std, group_valid, "reward_std"))
+    metrics = group_reward_metrics(group_mean, group_std, group_valid)
     metrics[f"{PREFIX}/single_run_task_count"] = (~group_valid).sum()
     if batch_std is not None:
         metrics[f"{PREFIX}/batch_reward_std"] = batch_std.detach().to(torch.float64)

@@ -1,4 +1,4 @@
-"""``opmd`` add strategy: :class:`OPMDAddStrategy` (seed 000 ``OPMDAddStrategy``)."""
+"""``opmd`` add strategy: :class:`OPMDAddStrategy` (the earlier add-strategy API's ``OPMDAddStrategy``)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,15 @@ __all__ = ["OPMDAddStrategy"]
 class OPMDAddStrategy(GroupAdvantageStrategy):
     """OPMD add strategy: A_i = r_i − b_g per task group (mean or log-avg-exp), then one buffer write.
 
-    The older pipeline API of OPMD (seed 000): ``OPMDAddStrategy(writer, opmd_baseline="mean", tau=1.0)``;
-    ``await strategy.add(experiences, step)`` computes exactly what
-    :class:`~trinity_plugin_opmd.opmd_advantage.OPMDGroupAdvantage` computes (same policies: singletons
-    and zero-variance groups get 0) and writes every experience through ``self.writer`` in **one**
-    ``write`` call, grouped, groups in first-appearance order. Returns ``(number written, metrics)``.
+    The older pipeline API of OPMD (Trinity-RFT's earlier ``trinity.algorithm.add_strategy`` module):
+    ``OPMDAddStrategy(writer, opmd_baseline="mean", tau=1.0)``; ``await strategy.add(experiences, step)``
+    computes exactly what :class:`~trinity_plugin_opmd.opmd_advantage.OPMDGroupAdvantage` computes (same
+    policies: singletons and zero-variance groups get 0) and writes every experience through ``self.writer``
+    in **one** ``write`` call, grouped, groups in first-appearance order. Returns ``(number written,
+    metrics)``.
 
-    The metric ``group_advantages/group_baseline/{mean,max,min}`` is reported: the seed's strategy
-    produced it as a tensor, which its pandas-based metric gathering silently dropped (section 8.24).
+    The metric ``group_advantages/group_baseline/{mean,max,min}`` is reported: the earlier strategy
+    produced it as a tensor, which its pandas-based metric gathering silently dropped.
     """
 
     Args: ClassVar[type[ComponentArgs]] = OPMDArgs

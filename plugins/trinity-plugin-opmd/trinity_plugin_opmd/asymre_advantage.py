@@ -34,7 +34,7 @@ class ASYMREGroupAdvantage(BaselineGroupAdvantage):
 
     Policies: ``zero_variance_policy = "finite"``: a group of equal rewards gets exactly ``−δ`` (the
     shift is the whole advantage); a **singleton** is a group of one and gets ``−δ`` too (the reference
-    gives it the raw reward ``r``, baseline 0, section 8.2). The ``reward_mean`` metric is the true group
+    gives it the raw reward ``r``, baseline 0). The ``reward_mean`` metric is the true group
     mean (the reference reported ``baseline − δ``, i.e. ``−δ`` for singletons).
     """
 

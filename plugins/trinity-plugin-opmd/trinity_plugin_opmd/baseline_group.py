@@ -9,9 +9,9 @@ import torch
 from torch import Tensor
 
 from trinity_core.components import GroupAdvantage, Metrics, summarize_metric, write_advantages
+from trinity_core.components.reward_check import check_finite_rewards, finite_rewards
 from trinity_core.experience import Experience
 from trinity_plugin_opmd.kernel import GroupBaselines
-from trinity_plugin_opmd.rewards import finite_rewards
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -60,7 +60,7 @@ class BaselineGroupAdvantage(GroupAdvantage):
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics]:
         """Advantages ``(N,)`` of the whole batch and the summarised per-group metrics."""
         if not batch.rewards_are_finite():  # names the first bad experience
-            finite_rewards(batch.experiences, f"{type(self).name()} advantage")
+            check_finite_rewards(batch.experiences, f"{type(self).name()} advantage")
         index = batch.group_index[self.group_level]
         groups = self.baselines(batch.rewards, index, batch.num_groups[self.group_level])
         prefix = self.metric_prefix

@@ -15,7 +15,7 @@ __all__ = ["OPMDArgs", "OPMDGroupAdvantage"]
 
 
 class OPMDArgs(ComponentArgs):
-    """Arguments of :class:`OPMDGroupAdvantage` and the ``opmd`` add strategy (the seed's defaults)."""
+    """Arguments of :class:`OPMDGroupAdvantage` and the ``opmd`` add strategy (the earlier API's defaults)."""
 
     opmd_baseline: Literal["mean", "logavgexp"] = Field(
         "mean",
@@ -37,7 +37,7 @@ class OPMDGroupAdvantage(BaselineGroupAdvantage):
     ``exp.advantages = A_i · action_mask``, ``exp.returns`` a copy. Pair it with the ``opmd`` policy loss.
 
     Policies: a **singleton** group's baseline is its own reward under either baseline, so ``A = 0`` (the
-    reference uses ``b = 0``, i.e. the raw reward, section 8.2); a **zero-variance** group gets exactly 0.
+    reference uses ``b = 0``, i.e. the raw reward); a **zero-variance** group gets exactly 0.
     Unknown ``opmd_baseline`` values are rejected (the reference silently used log-avg-exp).
     """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
@@ -15,9 +16,10 @@ from trinity_core.components import (
     summarize_metric,
     write_advantages,
 )
+from trinity_core.components.group_kernels import mean_logprob
+from trinity_core.components.reward_check import check_finite_rewards, finite_rewards
 from trinity_core.experience import Experience
-from trinity_plugin_polaris.groups import finite_rewards
-from trinity_plugin_polaris.rank_bias import mean_logprob, rank_bias_scores
+from trinity_plugin_polaris.rank_bias import rank_bias_scores
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -26,7 +28,7 @@ __all__ = ["CorrectBiasAddStrategy", "CorrectBiasArgs"]
 
 
 class CorrectBiasArgs(ComponentArgs):
-    """Arguments of :class:`CorrectBiasAddStrategy` (defaults = seed 000)."""
+    """Arguments of :class:`CorrectBiasAddStrategy` (defaults of the earlier add-strategy API)."""
 
     epsilon: float = Field(1e-6, ge=0, description="Added to the group std of the corrected rewards.")
     rank_penalty: float = Field(
@@ -37,7 +39,7 @@ class CorrectBiasArgs(ComponentArgs):
     )
 
 
-def _logprob_rows(exps: list[Experience], where: str) -> tuple[list[Tensor], list[Tensor]]:
+def _logprob_rows(exps: Sequence[Experience], where: str) -> tuple[list[Tensor], list[Tensor]]:
     rows, masks = [], []
     for exp in exps:
         if exp.logprobs is None:
@@ -60,14 +62,14 @@ class CorrectBiasAddStrategy(GroupAdvantageStrategy):
     Unlikeliness reward (He et al., arXiv:2506.02355): within each task group, a likelier sample
     (higher masked mean log-prob) has its reward shrunk, so rare correct samples gain. Formulas in
     :mod:`trinity_plugin_polaris.rank_bias`: ``A_i = (r'_i − μ'_g) / (σ'_g + ε)`` with the corrected
-    reward in the numerator (as the seed strategy), float64, ties broken by batch order, log-probs
+    reward in the numerator (as the earlier add strategy), float64, ties broken by batch order, log-probs
     averaged over action tokens only. Writes every experience (advantages set, ``returns = advantages``)
     in one ``write`` call, grouped, groups in first-appearance order.
 
-    Policies: singleton groups get advantage 0 (the seed: ``r/(1+ε)``) and no statistics; a group whose
-    *corrected* rewards are equal gets exactly 0. ``zero_variance_policy = "finite"``: a group of equal
-    raw rewards ``r ≠ 0`` is not zero-variance after the correction and gets finite non-zero advantages
-    (that is the method: it ranks all-correct groups by likelihood). Metrics:
+    Policies: singleton groups get advantage 0 (the earlier strategy: ``r/(1+ε)``) and no statistics; a group
+    whose *corrected* rewards are equal gets exactly 0. ``zero_variance_policy = "finite"``: a group of equal
+    raw rewards ``r ≠ 0`` is not zero-variance after the correction and gets finite non-zero advantages (that
+    is the method: it ranks all-correct groups by likelihood). Metrics:
     ``group_advantages/reward_mean|reward_std/{mean,max,min}`` of ``r'`` over non-singleton groups and
     ``group_advantages/singleton_count/sum``.
     """
@@ -107,7 +109,8 @@ class CorrectBiasAddStrategy(GroupAdvantageStrategy):
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics]:
         """Vectorized advantages of the whole step (same result and metrics as the per-group path)."""
         where = f"add strategy {type(self).name()!r}"
-        finite_rewards(batch.experiences, where)
+        if not batch.rewards_are_finite():
+            check_finite_rewards(batch.experiences, where)
         logprobs = batch.logprobs
         if logprobs is None:
             _logprob_rows(batch.experiences, where)  # names an experience without logprobs

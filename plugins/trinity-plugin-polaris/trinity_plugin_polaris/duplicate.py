@@ -17,10 +17,10 @@ repeats informative ones so the batch keeps its size. The policy here is determi
    has its own ``tid`` and every member its own ``uid``, and works for integer and string task ids.
    Tensors are cloned and ``info``/``metrics`` deep-copied.
 
-The result has exactly ``target`` experiences. The seed version copied whole groups only (first pass in
-reverse order, then random order), so it could overshoot the target, offset integer task ids (a
-``TypeError`` for string ids); trinity-rft 0.6.0 samples groups with replacement and keeps the source
-EIDs, so copies merge into their source group downstream (reference defect 6).
+The result has exactly ``target`` experiences. The earlier add strategy copied whole groups only (first pass
+in reverse order, then random order), so it could overshoot the target, offset integer task ids (a
+``TypeError`` for string ids); trinity-rft 0.6.0 samples groups with replacement and keeps the source EIDs, so
+copies merge into their source group downstream.
 """
 
 from __future__ import annotations

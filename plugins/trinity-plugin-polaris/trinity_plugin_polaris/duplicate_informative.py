@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
-
-from trinity_core.components import AddStrategy, ComponentArgs, Metrics
 from trinity_core.experience import Experience
 from trinity_plugin_polaris.duplicate import refill
-from trinity_plugin_polaris.groups import finite_rewards, grouped_positions, informative_groups, task_groups
-from trinity_plugin_polaris.reward_variance import RewardVarianceArgs
+from trinity_plugin_polaris.reward_variance import RewardVarianceAddStrategy
 
 __all__ = ["DuplicateInformativeAddStrategy"]
 
 
-class DuplicateInformativeAddStrategy(AddStrategy):
+class DuplicateInformativeAddStrategy(RewardVarianceAddStrategy):
     """POLARIS: keep task groups with reward variance, then copy them as new groups to restore the step size.
 
     Selection as ``reward_variance`` (``n_g ≥ 2`` and population variance ``> variance_threshold``,
@@ -24,36 +20,21 @@ class DuplicateInformativeAddStrategy(AddStrategy):
     (:mod:`trinity_plugin_polaris.duplicate`: deterministic, whole groups first, one partial copy at
     most). No advantages are computed (compute them downstream, e.g. in the trainer). Everything is
     written in **one** ``write`` call: the kept groups in first-appearance order, then the copies.
-    Nothing is written when no group is informative (as in the seed).
+    Nothing is written when no group is informative (as in the earlier strategy).
 
     Returns ``(written, metrics)``: ``written`` is ``len(experiences)`` or 0; metrics
     ``filtered_count`` (experiences dropped), ``duplicated_count`` (copies written),
     ``informative_group_count``, as 0-d tensors. Missing or non-finite rewards are a ``ValueError``.
     """
 
-    Args: ClassVar[type[ComponentArgs]] = RewardVarianceArgs
     paper: ClassVar[str | None] = "https://hkunlp.github.io/blog/2025/Polaris"
 
-    variance_threshold: float
-
-    async def add(self, experiences: list[Experience], step: int) -> tuple[int, Metrics]:
-        """Filter by group reward variance, refill with copies, write once."""
-        if len(experiences) == 0:
-            return 0, {}
-        rewards = finite_rewards(experiences, f"add strategy {type(self).name()!r}")
-        index, num_groups = task_groups(experiences)
-        groups = informative_groups(rewards, index, num_groups, self.variance_threshold)
-        kept = [experiences[i] for i in grouped_positions(index, groups.keep[index])]
-        copies: list[Experience] = []
-        if kept:
-            by_group: dict[str, list[Experience]] = {}
-            for exp in kept:
-                by_group.setdefault(exp.eid.tid, []).append(exp)
-            taken = {exp.eid.tid for exp in experiences}
-            copies = refill(list(by_group.values()), len(experiences) - len(kept), taken)
-            await self.writer.write(kept + copies)
-        return len(kept) + len(copies), {
-            "filtered_count": torch.tensor(len(experiences) - len(kept)),
-            "duplicated_count": torch.tensor(len(copies)),
-            "informative_group_count": groups.keep.sum(),
-        }
+    def copies(self, kept: list[Experience], experiences: list[Experience]) -> list[Experience]:
+        """Copies of the informative groups that refill ``kept`` to ``len(experiences)`` (none if empty)."""
+        if not kept:
+            return []
+        by_group: dict[str, list[Experience]] = {}
+        for exp in kept:
+            by_group.setdefault(exp.eid.tid, []).append(exp)
+        taken = {exp.eid.tid for exp in experiences}
+        return refill(list(by_group.values()), len(experiences) - len(kept), taken)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
@@ -10,6 +9,8 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, GroupAdvantage, Metrics, write_advantages
+from trinity_core.components.group_metrics import metric_column, run_per_group
+from trinity_core.components.reward_check import check_finite_rewards, finite_rewards
 from trinity_core.experience import Experience
 from trinity_core.ops import group_stats
 from trinity_plugin_rec.kernel import drop_keys, rec_scores
@@ -51,16 +52,6 @@ class RECAdvantageArgs(ComponentArgs):
     )
 
 
-def _finite_reward(exp: Experience, where: str) -> float:
-    reward = exp.reward
-    if reward is None or not math.isfinite(reward):
-        raise ValueError(
-            f"{where}: experience {exp.eid.uid} has reward {reward!r}; REC needs a finite reward for every "
-            "experience: score it with the reward function or filter it out first"
-        )
-    return float(reward)
-
-
 class RECGroupedAdvantage(GroupAdvantage):
     """REC: group-centred rewards A_i = r_i - mean_g (optionally / (std_g + eps)) with a balance drop.
 
@@ -74,7 +65,7 @@ class RECGroupedAdvantage(GroupAdvantage):
     4. ``A_i = r_i − μ_g``, or ``(r_i − μ_g) / (σ_g + ε)`` with ``std_normalize``; broadcast over the
        response and multiplied by ``action_mask``; ``returns = advantages``.
 
-    Policies (differences from the reference, section 8 items 2 and 9):
+    Policies (differences from trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
 
     * **dropped experiences** are removed from the output by default (``keep_dropped=False``), so they no
       longer dilute token-mean denominators with zero-advantage tokens; ``keep_dropped=True`` keeps them
@@ -111,7 +102,7 @@ class RECGroupedAdvantage(GroupAdvantage):
         """
         where = f"{type(self).name()} advantage (group {group_id})"
         n = len(exps)
-        rewards = torch.tensor([_finite_reward(e, where) for e in exps], dtype=torch.float64)
+        rewards = finite_rewards(exps, where)
         one_group = torch.zeros(n, dtype=torch.int64)
         first_mean = float(group_stats(rewards, one_group, 1).mean[0])
         negatives = [i for i in range(n) if float(rewards[i]) < first_mean]
@@ -146,22 +137,13 @@ class RECGroupedAdvantage(GroupAdvantage):
         """Per-group path with the same metrics as the vectorized one."""
         if len(exps) == 0:
             return [], {}
-        out: list[Experience] = []
-        per_group: list[Metrics] = []
-        for group_id, group in self.group_experiences(list(exps)).items():
-            kept, metrics = self.calculate_group_advantage(group_id, group)
-            out.extend(kept)
-            per_group.append(metrics)
-
-        def column(key: str, dtype: torch.dtype = torch.float64) -> Tensor:
-            return torch.tensor([float(m[key]) for m in per_group], dtype=dtype)
-
+        out, per_group = run_per_group(self, exps)
         metrics = rec_metrics(
-            column("reward_mean"),
-            column("reward_std"),
-            column("drop_balance"),
-            column("group_size", torch.int64),
-            column("filtered_count", torch.int64).sum(),
+            metric_column(per_group, "reward_mean"),
+            metric_column(per_group, "reward_std"),
+            metric_column(per_group, "drop_balance"),
+            metric_column(per_group, "group_size", torch.int64),
+            metric_column(per_group, "filtered_count", torch.int64).sum(),
         )
         return out, metrics
 
@@ -175,8 +157,7 @@ class RECGroupedAdvantage(GroupAdvantage):
         """
         where = f"{type(self).name()} advantage"
         if not batch.rewards_are_finite():  # names the first bad experience
-            for exp in batch.experiences:
-                _finite_reward(exp, where)
+            check_finite_rewards(batch.experiences, where)
         keys = None
         if self.drop == "balance":
             keys = drop_keys([e.eid.uid for e in batch.experiences], self.drop_seed)

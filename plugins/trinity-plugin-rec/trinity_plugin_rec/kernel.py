@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from trinity_core.components.group_kernels import group_ranks
 from trinity_core.ops import group_stats, segment_count
 
-__all__ = ["RECScores", "drop_keys", "rank_within", "rec_scores"]
+__all__ = ["RECScores", "drop_keys", "rec_scores"]
 
 
 def drop_keys(uids: Sequence[str], seed: int) -> Tensor:
@@ -42,21 +43,6 @@ def drop_keys(uids: Sequence[str], seed: int) -> Tensor:
         for uid in uids
     ]
     return torch.tensor(keys, dtype=torch.int64)
-
-
-def rank_within(keys: Tensor, segment: Tensor, num_segments: int) -> Tensor:
-    """Rank ``(N,)`` int64 of each key inside its segment, ascending, ties broken by position.
-
-    Two stable sorts (by key, then by segment) give the order; the rank is the position in that order
-    minus the first position of the segment.
-    """
-    order = torch.argsort(keys, stable=True)
-    order = order[torch.argsort(segment[order], stable=True)]
-    counts = segment_count(segment, num_segments)
-    starts = torch.cumsum(counts, 0) - counts
-    position = torch.empty_like(order)
-    position[order] = torch.arange(keys.shape[0], device=keys.device)
-    return position - starts[segment]
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,7 +97,7 @@ def rec_scores(
     else:
         extra = (size - 2 * pos).clamp_min(0)  # neg − pos, when positive
         segment = 2 * idx + positive.long()  # negatives of group g form segment 2g
-        rank = rank_within(keys.to(idx.device), segment, 2 * num_groups)
+        rank = group_ranks(keys.to(idx.device), segment, 2 * num_groups)
         dropped = ~positive & (rank < extra[idx])
     kept = ~dropped
     second = group_stats(r, idx, num_groups, valid_mask=kept)

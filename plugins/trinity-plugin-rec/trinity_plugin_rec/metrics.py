@@ -15,15 +15,10 @@ from __future__ import annotations
 from torch import Tensor
 
 from trinity_core.components import summarize_masked_metric
+from trinity_core.components.group_metrics import GROUP_PREFIX as PREFIX
+from trinity_core.components.group_metrics import group_reward_metrics
 
-__all__ = ["PREFIX", "masked_summary", "rec_metrics"]
-
-PREFIX = "group_advantages"
-
-
-def masked_summary(values: Tensor, mask: Tensor, name: str, prefix: str = PREFIX) -> dict[str, Tensor]:
-    """:func:`~trinity_core.components.summarize_masked_metric` under this plugin's metric prefix."""
-    return summarize_masked_metric(values, mask, name, prefix)
+__all__ = ["PREFIX", "rec_metrics"]
 
 
 def rec_metrics(
@@ -35,9 +30,8 @@ def rec_metrics(
 ) -> dict[str, Tensor]:
     """The metric dict of the module docstring from per-group tensors (``(G,)`` each)."""
     valid = group_size > 1
-    metrics = masked_summary(group_mean, valid, "reward_mean")
-    metrics.update(masked_summary(group_std, valid, "reward_std"))
-    metrics.update(masked_summary(drop_fraction, valid, "drop_balance"))
+    metrics = group_reward_metrics(group_mean, group_std, valid)
+    metrics.update(summarize_masked_metric(drop_fraction, valid, "drop_balance", PREFIX))
     metrics[f"{PREFIX}/singleton_count"] = (group_size == 1).sum()
     metrics["filtered_count"] = filtered_count
     return metrics

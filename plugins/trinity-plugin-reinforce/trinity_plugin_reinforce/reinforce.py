@@ -8,9 +8,9 @@ import torch
 from torch import Tensor
 
 from trinity_core.components import GroupAdvantage, Metrics, summarize_metric, write_advantages
+from trinity_core.components.reward_check import check_finite_rewards, finite_rewards
 from trinity_core.experience import Experience
 from trinity_core.ops import group_stats
-from trinity_plugin_reinforce.rewards import finite_rewards
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -46,7 +46,7 @@ class REINFORCEGroupAdvantage(GroupAdvantage):
     def process_batch(self, batch: ExperienceBatch) -> tuple[Tensor, Metrics]:
         """All advantages at once (``batch.rewards``) and the per-group mean rewards, summarised."""
         if not batch.rewards_are_finite():  # names the first bad experience
-            finite_rewards(batch.experiences, f"{type(self).name()} advantage")
+            check_finite_rewards(batch.experiences, f"{type(self).name()} advantage")
         level = self.group_level
         stats = group_stats(batch.rewards, batch.group_index[level], batch.num_groups[level])
         return batch.rewards, summarize_metric(stats.mean, "reward_mean", self.metric_prefix)

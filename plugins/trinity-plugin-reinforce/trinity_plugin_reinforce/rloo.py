@@ -28,7 +28,7 @@ class RLOOAdvantageFn(TrainerAdvantage):
     broadcast over the response, zero outside the action mask; ``returns = advantages``.
 
     Policies: a **singleton** group (``n = 1``) has no other response to compare with and gets
-    ``A = 0`` (the reference uses the raw score ``s_i``, section 8.2); a zero-variance group gets
+    ``A = 0`` (the reference uses the raw score ``s_i``); a zero-variance group gets
     exactly 0 (exact float64 group mean). Metrics ``singleton_count`` and ``score_mean`` (0-d tensors).
     No host synchronisation.
     """
