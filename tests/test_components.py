@@ -635,3 +635,29 @@ def test_summarize_masked_metric_uses_only_the_selected_values() -> None:
     assert {k: float(v) for k, v in out.items()} == {"g/r/mean": -0.5, "g/r/max": 1.0, "g/r/min": -2.0}
     none = summarize_masked_metric(values, torch.zeros(4, dtype=torch.bool), "r", "g")
     assert {float(v) for v in none.values()} == {0.0}
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("global_scale", [False, True])
+def test_aggregate_rows_equals_aggregate_of_the_values(mode: str, global_scale: bool) -> None:
+    from trinity_core.components._aggregation import LossAggregation
+
+    g = torch.Generator().manual_seed(7)
+    values = torch.randn(5, 8, generator=g, dtype=torch.float64)
+    mask = torch.rand(5, 8, generator=g) < 0.6
+    mask[2] = False
+    loss = LossAggregation()
+    scale = global_normalizers([mask, mask[:3]], max_tokens=8.0) if global_scale else None
+    rows = torch.where(mask, values, 0.0).sum(dim=-1)
+    counts = mask.sum(dim=-1).to(torch.float64)
+    with loss._aggregation_context(scale, mode):
+        assert loss.aggregation()[0] == mode
+        if mode == "seq-mean-token-sum-norm" and not global_scale:  # no max_tokens: both raise
+            with pytest.raises(ValueError, match="max_tokens"):
+                loss.aggregate(values, mask)
+            with pytest.raises(ValueError, match="max_tokens"):
+                loss.aggregate_rows(rows, counts)
+            return
+        expected = loss.aggregate(values, mask)
+        got = loss.aggregate_rows(rows, counts)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)

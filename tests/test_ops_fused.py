@@ -1,11 +1,9 @@
-"""trinity_core.ops.fused: exact bit-mask selection, row-sum aggregation, hand-written gradients and the
-guarded torch.compile wrapper."""
+"""trinity_core.ops.fused: row-sum aggregation, hand-written gradients, the guarded torch.compile."""
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
 
 import pytest
 import torch
@@ -18,14 +16,8 @@ from trinity_core.ops.fused import (
     CompiledKernel,
     aggregate_row_sums,
     aggregate_row_weights,
-    as_float,
-    choose,
     loss_with_local_gradient,
-    mask_bits,
     rows_with_gradient,
-    scratch_buffers,
-    select,
-    weighted_sum,
 )
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
@@ -45,43 +37,6 @@ def dirty_values(seed: int, shape: tuple[int, int], dtype: torch.dtype) -> tuple
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
     return a.dtype == b.dtype and torch.equal(a.contiguous().view(width), b.contiguous().view(width))
-
-
-@settings(max_examples=30, deadline=None)
-@given(
-    seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from(DTYPES), b=st.integers(1, 5), t=st.integers(1, 9)
-)
-def test_select_and_choose_are_torch_where_bit_for_bit(seed: int, dtype: torch.dtype, b: int, t: int) -> None:
-    x, mask = dirty_values(seed, (b, t), dtype)
-    y, _ = dirty_values(seed + 1, (b, t), dtype)
-    zero = torch.zeros((), dtype=dtype)
-    assert same_bits(select(x, mask), torch.where(mask, x, zero))
-    assert same_bits(select(x, mask, mask_bits(mask, dtype)), torch.where(mask, x, zero))
-    assert same_bits(choose(mask, x, y), torch.where(mask, x, y))
-    numeric = mask.to(torch.float32) * 3.0
-    assert torch.equal(mask_bits(numeric, dtype), mask_bits(mask, dtype))
-    assert torch.equal(as_float(mask, dtype), mask.to(dtype))
-
-
-def test_select_broadcasts_and_its_gradient_is_masked() -> None:
-    mask = torch.tensor([[True, False, True], [False, False, True]])
-    adv = torch.tensor([[2.0], [math.nan]])
-    assert same_bits(select(adv, mask), torch.where(mask, adv, 0.0))
-    x = torch.tensor([[1.0, math.nan, 3.0], [math.inf, 5.0, 6.0]], requires_grad=True)
-    out = select(x, mask)
-    (out * torch.tensor([[1.0, math.nan, 2.0], [math.nan, 4.0, 3.0]])).sum().backward()
-    assert x.grad is not None
-    assert torch.equal(x.grad, torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 3.0]]))
-    leaf = torch.tensor([[2.0], [3.0]], requires_grad=True)
-    select(leaf, mask).sum().backward()
-    assert leaf.grad is not None
-    assert torch.equal(leaf.grad, torch.tensor([[2.0], [1.0]]))
-
-
-def test_select_rejects_mismatched_bits() -> None:
-    mask = torch.ones(2, 2, dtype=torch.bool)
-    with pytest.raises(ValueError, match="mask_bits"):
-        select(torch.ones(2, 2), mask, mask_bits(mask, torch.float64))
 
 
 @settings(max_examples=60, deadline=None)
@@ -170,24 +125,6 @@ def test_loss_with_local_gradient_backward_is_row_coef_times_local_grad() -> Non
     assert low.grad.dtype == torch.bfloat16
 
 
-def test_scratch_buffers_are_reused_per_thread_and_grow() -> None:
-    first = scratch_buffers(2, (3, 4), torch.float32, torch.device("cpu"))
-    assert [tuple(b.shape) for b in first] == [(3, 4), (3, 4)]
-    assert first[0].data_ptr() != first[1].data_ptr()
-    again = scratch_buffers(2, (2, 5), torch.float32, torch.device("cpu"))
-    assert [b.data_ptr() for b in again] == [b.data_ptr() for b in first]  # same memory, new shape
-    bigger = scratch_buffers(3, (8, 8), torch.float32, torch.device("cpu"))
-    assert len(bigger) == 3
-    assert all(b.shape == (8, 8) and b.is_contiguous() for b in bigger)
-    assert len({b.data_ptr() for b in bigger}) == 3
-    other: list[torch.Tensor] = []
-    thread = threading.Thread(target=lambda: other.extend(scratch_buffers(1, (8, 8), torch.float32, "cpu")))
-    thread.start()
-    thread.join()
-    assert other[0].data_ptr() not in {b.data_ptr() for b in bigger}  # each thread has its own
-    assert scratch_buffers(1, (2,), torch.float64, torch.device("cpu"))[0].dtype == torch.float64
-
-
 def test_aggregate_row_sums_validates_like_aggregate_loss() -> None:
     rows, counts = torch.ones(2), torch.ones(2)
     with pytest.raises(ValueError, match="unknown loss_agg_mode"):
@@ -210,13 +147,6 @@ def test_rows_with_gradient_backward_is_local_grad_times_upstream() -> None:
     rows_with_gradient(low, torch.zeros(2), torch.ones(2, 3)).sum().backward()
     assert low.grad is not None
     assert low.grad.dtype == torch.bfloat16
-
-
-def test_weighted_sum_equals_the_masked_sum() -> None:
-    x = torch.randn(5, 7, dtype=torch.float64)
-    w = (torch.rand(5, 7) < 0.5).double()
-    torch.testing.assert_close(weighted_sum(x, w), (x * w).sum(), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(weighted_sum(x.t(), w.t()), (x * w).sum(), rtol=1e-12, atol=1e-12)
 
 
 def test_compiled_kernel_falls_back_to_eager_when_compilation_fails(

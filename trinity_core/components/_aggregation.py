@@ -22,6 +22,8 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components.base import ComponentArgs
+from trinity_core.ops.aggregate import aggregate_loss
+from trinity_core.ops.fused import aggregate_row_sums
 
 if TYPE_CHECKING:
     from trinity_core.ops import LossScale
@@ -68,12 +70,40 @@ class LossAggregation:
         Uses :func:`trinity_core.ops.aggregate_loss`, with the global normalizers of the call's
         ``loss_scale`` when the trainer passed one (mode precedence in the module docstring).
         """
-        from trinity_core.ops import aggregate_loss
-
-        mode = loss_agg_mode or getattr(self, "loss_agg_mode", None) or self._call_mode or "token-mean"
+        mode = loss_agg_mode or self._mode()
         if self._loss_scale is not None:
             return self._loss_scale.aggregate(values, mask, mode)
         return aggregate_loss(values, mask, mode)
+
+    def _mode(self) -> str:
+        """The component's ``loss_agg_mode``, else the mode passed to the call, else ``token-mean``."""
+        return getattr(self, "loss_agg_mode", None) or self._call_mode or "token-mean"
+
+    def aggregation(self) -> tuple[str, Tensor | None, Tensor | None, float | None, int]:
+        """``(loss_agg_mode, normalizer, seq_normalizer, max_tokens, world_size)`` of the current call.
+
+        The mode precedence of :meth:`aggregate` and the global normalizers of the call's ``loss_scale``
+        (``None`` and ``1`` without one): the keyword arguments of
+        :func:`~trinity_core.ops.fused.aggregate_row_sums` and
+        :func:`~trinity_core.ops.fused.aggregate_row_weights`, in order.
+        """
+        scale = self._loss_scale
+        if scale is None:
+            return self._mode(), None, None, None, 1
+        return self._mode(), scale.num_tokens, scale.num_sequences, scale.max_tokens, scale.world_size
+
+    def aggregate_rows(self, row_sum: Tensor, row_count: Tensor) -> Tensor:
+        """What :meth:`aggregate` returns, from the values' per-row sums ``(B,)`` and counts ``(B,)``."""
+        mode, normalizer, seq_normalizer, max_tokens, world_size = self.aggregation()
+        return aggregate_row_sums(
+            row_sum,
+            row_count,
+            mode,
+            normalizer=normalizer,
+            seq_normalizer=seq_normalizer,
+            max_tokens=max_tokens,
+            world_size=world_size,
+        )
 
     @contextmanager
     def _aggregation_context(self, loss_scale: Any, mode: Any) -> Iterator[None]:

@@ -1,9 +1,12 @@
-"""Advantage functions (seed ``trinity.algorithm.advantage_fn``) and the group machinery they share with
-group add strategies.
+"""Group-relative advantage functions, the group machinery they share with group add strategies, and
+the write-back of advantages into experiences. The base class :class:`AdvantageFn` and the
+trainer-side :class:`TrainerAdvantage` live in :mod:`trinity_core.components.advantage_fn` (re-exported
+here). The API is that of trinity-rft's ``trinity.algorithm.advantage_fn``.
 
 Two ways to write a group-relative computation, both on :class:`GroupComputation`:
 
-* per group (the seed API): ``group_experiences(exps)`` and ``calculate_group_advantage(group_id, exps)``;
+* per group (the trinity-rft API): ``group_experiences(exps)`` and
+  ``calculate_group_advantage(group_id, exps)``;
   the default :meth:`GroupComputation.process` loops over the groups;
 * vectorized: ``process_batch(batch)`` on a columnar :class:`~trinity_core.batch.ExperienceBatch`,
   returning the advantages of the whole batch at once. When a subclass implements it,
@@ -18,13 +21,15 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import torch
 from torch import Tensor
 
-from trinity_core.components.base import Component, Metrics, aggregate_metrics
+from trinity_core.components.advantage_fn import AdvantageFn, GroupLevel, TrainerAdvantage, make_batch
+from trinity_core.components.base import Metrics, aggregate_metrics
 from trinity_core.experience import Experience, group_by
+from trinity_core.ops.fast import split_views
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -41,9 +46,7 @@ __all__ = [
     "write_advantages",
 ]
 
-GroupLevel = Literal["task", "run", "step"]
 _ACTION_MASK = attrgetter("action_mask")
-"""Which EID id forms a group: ``task`` (``eid.tid``), ``run`` (``eid.rid``) or ``step`` (``eid.sid``)."""
 
 BatchResult = tuple[Tensor, Metrics] | tuple[Tensor, Metrics, Tensor]
 """What ``process_batch`` returns: ``(advantages, metrics)`` or ``(advantages, metrics, keep)``."""
@@ -67,7 +70,7 @@ def _response_masks(exps: Sequence[Experience]) -> tuple[list[Tensor], list[int]
 
 def _present_masks(exps: Sequence[Experience], masks: list[Tensor | None]) -> tuple[list[Tensor], list[int]]:
     """``masks`` with a None replaced by all-True over the response, and their lengths."""
-    try:  # C-level loop; a None mask makes Tensor.numel raise TypeError (numel: cheaper than len())
+    try:  # C-level loop; a None mask makes Tensor.numel raise TypeError
         return cast("list[Tensor]", masks), list(map(Tensor.numel, cast("list[Tensor]", masks)))
     except TypeError:
         pass
@@ -121,19 +124,17 @@ def write_advantages(exps: Sequence[Experience], advantages: Tensor) -> None:
 _WRITE_BLOCK = 1 << 18
 """Tokens per block of :func:`write_advantages`.
 
-The temporaries stay in cache and each output buffer (2 MiB) is a heap block that the allocator hands
-back on a later block or call; huge buffers are fresh mmap pages every call (page faults dominated at
-65,536 x 1,024 tokens with 1M-token blocks). 2^19 was a few percent faster at N=65,536 but at
-N=1,024 x 1,024 its two 4 MiB buffers were often handed back to the system and faulted in again on
-every call (up to 2x slower).
+Blocks keep the temporaries in cache and each output buffer small enough to be a reused heap block:
+one buffer for the whole batch would be fresh pages from the system, faulted in on every call, and
+much larger blocks are handed back to the system between calls too.
 """
 
 
 def _as_factor(mask: Tensor, device: torch.device) -> Tensor:
     """The mask as the factor of the multiply: a bool mask as its 0/1 bytes, anything else as float32.
 
-    uint8 -> float32 converts vectorized, bool does not (~5x slower); either way the product is the
-    float32 ``score * mask``.
+    The multiply converts uint8 to float32 vectorized, bool not (see :func:`trinity_core.ops.fast.as_float`);
+    either way the product is the float32 ``score * mask``.
     """
     mask = mask.to(device)
     return mask.view(torch.uint8) if mask.dtype == torch.bool else mask.to(torch.float32)
@@ -141,14 +142,8 @@ def _as_factor(mask: Tensor, device: torch.device) -> Tensor:
 
 def _set_rows(exps: Sequence[Experience], out: Tensor, sizes: int | list[int]) -> None:
     """``exps[i].advantages`` / ``.returns``: the ``i``-th piece of ``out[0]`` / ``out[1]`` (views)."""
-    # One C++ call creates all the pieces (~0.3 us each). unsafe_split: the same pieces of the same
-    # storage as split, without autograd view tracking (~15% cheaper to create and free); the
-    # outputs never require grad, so that tracking has nothing to protect.
-    if isinstance(sizes, int):
-        advantages, returns = torch.unsafe_split(out[0], sizes), torch.unsafe_split(out[1], sizes)
-    else:
-        advantages = torch.unsafe_split_with_sizes(out[0], sizes)
-        returns = torch.unsafe_split_with_sizes(out[1], sizes)
+    # One call creates all the pieces; the outputs never require grad (see split_views).
+    advantages, returns = split_views(out[0], sizes), split_views(out[1], sizes)
     # map() runs the assignments in a C loop (a Python for loop costs more than the views themselves).
     deque(map(setattr, exps, repeat("advantages"), advantages), maxlen=0)
     deque(map(setattr, exps, repeat("returns"), returns), maxlen=0)
@@ -201,16 +196,6 @@ def grouped_order(exps: Sequence[Experience], index: Tensor, keep: Tensor | None
     if keep is not None:
         order = order[keep.cpu()[order]]
     return list(map(exps.__getitem__, order.tolist()))
-
-
-def _make_batch(
-    exps: list[Experience],
-    fields: Collection[str] | None = None,
-    group_levels: Collection[GroupLevel] = ("task", "run", "step"),
-) -> ExperienceBatch:
-    from trinity_core.batch import ExperienceBatch
-
-    return ExperienceBatch.from_experiences(exps, fields=fields, group_levels=group_levels)
 
 
 class GroupComputation(ABC):
@@ -297,7 +282,7 @@ class GroupComputation(ABC):
         return self.process_per_group(exps)
 
     def process_per_group(self, exps: list[Experience]) -> tuple[list[Experience], Metrics]:
-        """The seed algorithm: group, call :meth:`calculate_group_advantage` per group, flatten."""
+        """The per-group algorithm of trinity-rft: group, run :meth:`calculate_group_advantage`, flatten."""
         if len(exps) == 0:
             return [], {}
         groups = self.group_experiences(list(exps))
@@ -314,7 +299,7 @@ class GroupComputation(ABC):
         if len(exps) == 0:
             return [], {}
         levels = {*self.batch_group_levels(), self.group_level}
-        batch = _make_batch(list(exps), self.batch_fields(), levels)
+        batch = make_batch(list(exps), self.batch_fields(), levels)
         result = self.process_batch(batch)
         advantages, metrics = result[0], result[1]
         keep = result[2] if len(result) == 3 else None
@@ -322,65 +307,10 @@ class GroupComputation(ABC):
         return grouped_order(exps, batch.group_index[self.group_level], keep), metrics
 
 
-class AdvantageFn(Component, ABC):
-    """Base of advantage functions: ``__call__(exps, **kwargs) -> (exps, metrics)``.
-
-    Functions that run in the trainer (``compute_in_trainer()`` True, the default) receive the trainer's
-    batch; those that run in the experience pipeline receive a list of experiences.
-    ``required_fields`` names the experience fields / batch columns the function reads, so a
-    configuration can be checked before a run.
-    """
-
-    kind: ClassVar[str] = "advantage_fn"
-    required_fields: ClassVar[tuple[str, ...]] = ("reward",)
-
-    @abstractmethod
-    def __call__(self, exps: Any, **kwargs: Any) -> tuple[Any, Metrics]:
-        """Compute advantages; return the experiences (or batch) with advantages set, and metrics."""
-
-    @classmethod
-    def compute_in_trainer(cls) -> bool:
-        """Whether this function runs in the trainer (True) or in the experience pipeline (False)."""
-        return True
-
-
-class TrainerAdvantage(AdvantageFn):
-    """Advantage functions that run in the trainer on the columnar batch (GAE, REINFORCE++, RLOO, ...).
-
-    Implement :meth:`compute`; calling the function computes the advantages and returns, stores them on
-    the batch (``batch.advantages``, ``batch.returns``, both ``(N, R)`` and zero outside the response
-    mask) and returns ``(batch, metrics)``. Inputs come from the batch: ``batch.token_level_scores()``
-    for rewards, ``batch.response_mask`` / ``batch.action_mask``, ``batch.group_index`` for groups and
-    ``batch.column(name)`` for trainer-side columns such as ``values``, ``old_logprobs``,
-    ``ref_logprobs`` or ``entropys`` (list them in ``required_fields``). Vectorized, no host sync.
-    """
-
-    required_fields: ClassVar[tuple[str, ...]] = ("reward", "action_mask")
-
-    @abstractmethod
-    def compute(self, batch: ExperienceBatch) -> tuple[Tensor, Tensor, Metrics]:
-        """Return ``(advantages, returns, metrics)``: two ``(N, R)`` float tensors and 0-d metrics."""
-
-    def __call__(self, exps: Any, **kwargs: Any) -> tuple[Any, Metrics]:
-        """Compute on an :class:`~trinity_core.batch.ExperienceBatch` (a list is batched first)."""
-        batch = exps if not isinstance(exps, list) else _make_batch(exps)
-        advantages, returns, metrics = self.compute(batch)
-        mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
-        valid = mask.to(device=advantages.device, dtype=torch.bool)
-        batch.advantages = torch.where(valid, advantages, 0.0)
-        batch.returns = torch.where(valid, returns, 0.0)
-        return batch, metrics
-
-    @classmethod
-    def compute_in_trainer(cls) -> bool:
-        """Always True."""
-        return True
-
-
 class GroupAdvantage(GroupComputation, AdvantageFn):
     """Group-relative advantages computed in the experience pipeline (``compute_in_trainer()`` False).
 
-    Per-group example (seed API)::
+    Per-group example (the trinity-rft API)::
 
         class MeanBaseline(GroupAdvantage):
             \"\"\"A_i = r_i - mean(r) within each task group.\"\"\"

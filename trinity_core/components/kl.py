@@ -1,8 +1,8 @@
 """KL functions: one class serves as KL *penalty* (on rewards) and as KL *loss* (in the actor loss).
 
-Reference ``trinity.algorithm.kl_fn``, with defect 17 fixed: the penalty path checks for missing
-reference log-probs before using them, the adaptive coefficient can be updated from either path, and
-the reported ``kl_coef`` is the value after the update (the one the next step uses).
+The API of trinity-rft's ``trinity.algorithm.kl_fn``. Unlike trinity-rft 0.6.0, the penalty path checks
+for missing reference log-probs before using them, the adaptive coefficient can be updated from either
+path, and the reported ``kl_coef`` is the value after the update (the one the next step uses).
 
 Coefficient controllers (Ziegler et al. 2019, "Fine-Tuning Language Models from Human Preferences"):
 

@@ -1,4 +1,4 @@
-"""Policy losses (seed ``trinity.algorithm.policy_loss_fn``).
+"""Policy losses (the API of trinity-rft's ``trinity.algorithm.policy_loss_fn``).
 
 A policy loss maps the current log-probs and the batch tensors it asks for to ``(loss, metrics)``. The
 tensors it asks for are the named parameters of its ``__call__`` (besides ``logprob``); the trainer
@@ -6,7 +6,12 @@ reads them as :attr:`PolicyLossFn.select_keys`, in its backend's names (verl by 
 them by keyword in those names. Renaming back to the loss's names and dropping keys the loss did not
 ask for happens in the base class.
 
-Unlike the reference, ``__call__`` need not appear in every subclass body (defect 7.3.10): a subclass
+The standard inputs of a ratio-based loss, in trinity names: ``logprob`` the current log-probs
+``(B, T)`` (differentiable); ``old_logprob`` the sampling policy's log-probs ``(B, T)``;
+``action_mask`` ``(B, T)``, True / non-zero on the tokens that count; ``advantages`` ``(B, T)`` (or
+broadcastable). :func:`trinity_core.ops.policy_inputs` selects them under the mask.
+
+Unlike trinity-rft 0.6.0, ``__call__`` need not appear in every subclass body: a subclass
 that only changes defaults inherits ``__call__`` and its ``select_keys``.
 """
 

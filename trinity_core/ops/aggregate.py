@@ -15,7 +15,7 @@ sequence mean, as in verl (the reference counts them as zeros). Empty counts are
 all-masked batch gives a loss of exactly 0.
 
 Global normalisation. By default ``N_tok`` and ``N_seq`` are the counts of this call's ``mask``, which
-makes the loss depend on how a batch is cut into micro-batches and ranks (defect 15). Pass
+makes the loss depend on how a batch is cut into micro-batches and ranks (as in trinity-rft 0.6.0). Pass
 ``normalizer`` (= the token count of the whole optimizer step, summed over micro-batches *and* ranks) and
 ``seq_normalizer`` (= the sequence count likewise) to divide the local sum by the global count instead;
 :func:`trinity_core.ops.global_normalizers` computes both. The convention is then:

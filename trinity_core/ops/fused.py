@@ -1,12 +1,9 @@
-"""Building blocks for fast per-token losses: exact bit-mask selection, row-sum aggregation, a
-hand-written gradient for fused kernels and a guarded ``torch.compile``.
+"""The opt-in ``fused=True`` loss path: a guarded ``torch.compile``, aggregation from per-row sums, and
+hand-written gradients so that a kernel computing the per-token loss and its derivative in one pass
+needs a single backward node.
 
-Why bit masks: on CPU, ``torch.where`` and most kernels with a ``bool`` operand are not vectorised and
-cost 5 to 20 times a float kernel of the same size. :func:`select` computes exactly
-``torch.where(mask, x, 0)`` (``x`` bit for bit where selected, ``+0.0`` elsewhere, so NaN/inf stored at
-masked positions never propagate) as one integer ``&`` on the float's bits.
-
-Nothing here synchronises with the host.
+A loss that does not ask for ``fused=True`` needs none of this: it writes its per-token terms in plain
+torch and reduces them with ``self.aggregate``. Nothing here synchronises with the host.
 """
 
 from __future__ import annotations
@@ -16,72 +13,29 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from trinity_core.ops.aggregate import LOSS_AGG_MODES
-
-if TYPE_CHECKING:
-    from trinity_core.components._aggregation import LossAggregation
+from trinity_core.ops.fast import as_float
 
 __all__ = [
     "FUSED_BACKEND",
     "CompiledKernel",
     "aggregate_row_sums",
     "aggregate_row_weights",
-    "aggregate_rows",
-    "aggregation_of",
     "as_flags",
-    "as_float",
-    "choose",
     "loss_with_local_gradient",
-    "mask_bits",
     "rows_with_gradient",
-    "scratch_buffers",
-    "select",
-    "weighted_sum",
 ]
 
 _log = logging.getLogger(__name__)
 
-_INT_OF_WIDTH: Final[dict[int, torch.dtype]] = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
 FUSED_BACKEND: Final[str] = "inductor"
 """The ``torch.compile`` backend of :class:`CompiledKernel`."""
-
-
-def mask_bits(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """``mask`` as integers of ``dtype``'s width: all bits set (``-1``) where selected, ``0`` elsewhere.
-
-    ``mask`` is bool or numeric (non-zero selects). Pass the result as ``bits=`` to :func:`select` and
-    :func:`choose` to reuse it.
-    """
-    int_type = _INT_OF_WIDTH[torch.empty((), dtype=dtype).element_size()]
-    flags = mask if mask.dtype == torch.bool else mask != 0
-    # bool -> uint8 is a reinterpretation; uint8 -> int is a vectorised widening copy.
-    return flags.view(torch.uint8).to(int_type).neg_()
-
-
-def as_float(flags: Tensor, dtype: torch.dtype) -> Tensor:
-    """Bool ``flags`` as ``1.0`` / ``0.0`` in ``dtype`` (a reinterpretation plus a float copy)."""
-    if torch.compiler.is_compiling():
-        return flags.to(dtype)
-    return flags.view(torch.uint8).to(dtype)
-
-
-def weighted_sum(x: Tensor, weight: Tensor) -> Tensor:
-    """``Σ x·weight`` over all elements of two tensors of one shape, as a 0-d tensor.
-
-    Eagerly one ``dot`` kernel (no temporary); under ``torch.compile`` row sums then their sum, so the
-    compiler fuses it with the other row reductions of a kernel. ``x`` must be finite where
-    ``weight`` is 0 (``0·nan`` is nan): select it first.
-    """
-    if torch.compiler.is_compiling() or not (x.is_contiguous() and weight.is_contiguous()):
-        return (x * weight).sum(dim=-1).sum()
-    return torch.dot(x.reshape(-1), weight.reshape(-1))
 
 
 def as_flags(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -93,69 +47,6 @@ def as_flags(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     if mask.dtype == torch.bool:
         return mask, as_float(mask, dtype)
     return mask != 0, mask.to(dtype)
-
-
-def _bitwise_select(x: Tensor, bits: Tensor) -> Tensor:
-    return torch.bitwise_and(x.view(bits.dtype), bits).view(x.dtype)
-
-
-class _Select(torch.autograd.Function):
-    """``x`` where ``bits`` is ``-1`` and ``+0`` elsewhere; the gradient is selected the same way."""
-
-    @staticmethod
-    def forward(x: Tensor, bits: Tensor) -> Tensor:
-        return _bitwise_select(x, bits)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
-        ctx.save_for_backward(inputs[1])
-        ctx.shape = inputs[0].shape
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None]:
-        (bits,) = ctx.saved_tensors
-        out = _bitwise_select(grad.contiguous(), bits)
-        if out.shape != ctx.shape:
-            out = out.sum_to_size(ctx.shape)
-        return out, None
-
-
-def select(x: Tensor, flags: Tensor, bits: Tensor | None = None) -> Tensor:
-    """Exactly ``torch.where(flags, x, 0)`` (``x`` bit for bit where selected, ``+0`` elsewhere).
-
-    ``x`` is floating point and broadcasts with the bool ``flags``; ``bits`` is
-    ``mask_bits(flags, x.dtype)`` when the caller already has it. Eagerly this is one integer ``&``;
-    under ``torch.compile`` it is ``torch.where``, which the compiler fuses. Differentiable in ``x`` with
-    gradient ``where(flags, grad, 0)``, so NaN stored at unselected positions reaches no gradient.
-    """
-    if torch.compiler.is_compiling():
-        return torch.where(flags, x, torch.zeros((), dtype=x.dtype, device=x.device))
-    if bits is None:
-        bits = mask_bits(flags, x.dtype)
-    if x.element_size() != bits.element_size() or not x.is_floating_point():
-        raise ValueError(
-            f"select: values of dtype {x.dtype} do not match mask bits of dtype {bits.dtype}; build the "
-            "bits with mask_bits(mask, values.dtype)"
-        )
-    if x.requires_grad:
-        out: Tensor = _Select.apply(x, bits)  # type: ignore[no-untyped-call]
-        return out
-    return _bitwise_select(x, bits)
-
-
-def choose(flags: Tensor, a: Tensor, b: Tensor, bits: Tensor | None = None) -> Tensor:
-    """Exactly ``torch.where(flags, a, b)`` for floating ``a`` and ``b`` of one dtype (not differentiable).
-
-    Eagerly ``(a & bits) | (b & ~bits)`` on the floats' bits; under ``torch.compile`` ``torch.where``.
-    """
-    if torch.compiler.is_compiling():
-        return torch.where(flags, a, b)
-    dtype = torch.promote_types(a.dtype, b.dtype)
-    if bits is None:
-        bits = mask_bits(flags, dtype)
-    a_bits = a.to(dtype).view(bits.dtype)
-    b_bits = b.to(dtype).view(bits.dtype)
-    return torch.bitwise_or(torch.bitwise_and(a_bits, bits), torch.bitwise_and(b_bits, ~bits)).view(dtype)
 
 
 def _global_denominator(
@@ -244,41 +135,6 @@ def aggregate_row_weights(
     return (factor / denom).expand_as(row_count)
 
 
-def aggregation_of(
-    loss: LossAggregation,
-) -> tuple[str, Tensor | None, Tensor | None, float | None, int]:
-    """``(loss_agg_mode, normalizer, seq_normalizer, max_tokens, world_size)`` of ``loss``'s current call.
-
-    The mode precedence of ``loss.aggregate`` (the component's ``loss_agg_mode``, else the mode passed
-    to the call, else ``token-mean``) and the global normalizers of the call's ``loss_scale`` (``None``
-    and ``1`` without one): the keyword arguments of :func:`aggregate_row_sums` and
-    :func:`aggregate_row_weights`, in order.
-    """
-    mode = getattr(loss, "loss_agg_mode", None) or loss._call_mode or "token-mean"
-    scale = loss.loss_scale
-    if scale is None:
-        return mode, None, None, None, 1
-    return mode, scale.num_tokens, scale.num_sequences, scale.max_tokens, scale.world_size
-
-
-def aggregate_rows(loss: LossAggregation, row_sum: Tensor, row_count: Tensor) -> Tensor:
-    """What ``loss.aggregate(values, mask)`` returns, from the per-row sums and counts of ``values``.
-
-    Same mode precedence (the component's ``loss_agg_mode``, else the mode passed to the call, else
-    ``token-mean``) and the global normalizers of the call's ``loss_scale`` (see :func:`aggregation_of`).
-    """
-    mode, normalizer, seq_normalizer, max_tokens, world_size = aggregation_of(loss)
-    return aggregate_row_sums(
-        row_sum,
-        row_count,
-        mode,
-        normalizer=normalizer,
-        seq_normalizer=seq_normalizer,
-        max_tokens=max_tokens,
-        world_size=world_size,
-    )
-
-
 class _RowsWithGradient(torch.autograd.Function):
     @staticmethod
     def forward(x: Tensor, rows: Tensor, local_grad: Tensor) -> Tensor:
@@ -316,7 +172,7 @@ _local_gradient_backward_once = once_differentiable(_local_gradient_backward)
 
 
 class _LossWithLocalGradient(torch.autograd.Function):
-    # The legacy forward(ctx, ...) form: its apply costs a third of the setup_context form's on CPU.
+    # The legacy forward(ctx, ...) form: its apply has less per-call overhead than setup_context's.
     @staticmethod
     def forward(ctx: Any, x: Tensor, value: Tensor, local_grad: Tensor, row_coef: Tensor) -> Tensor:
         ctx.save_for_backward(local_grad, row_coef)
@@ -338,41 +194,11 @@ def loss_with_local_gradient(x: Tensor, value: Tensor, local_grad: Tensor, row_c
     constant, which goes into ``row_coef``) and the aggregation weights ``c`` of its row sums
     (:func:`aggregate_row_weights`), ``value = Σ_b c_b·S_b``, ``row_coef = constant·c``: backward is one
     multiply over ``(B, T)`` with no graph of the aggregation (which :func:`rows_with_gradient` followed
-    by :func:`aggregate_rows` keeps). ``value`` itself is not differentiated. Not twice differentiable.
+    by ``LossAggregation.aggregate_rows`` keeps). ``value`` itself is not differentiated. Not twice
+    differentiable.
     """
     out: Tensor = _LossWithLocalGradient.apply(x, value, local_grad, row_coef)  # type: ignore[no-untyped-call]
     return out
-
-
-_SCRATCH = threading.local()
-
-
-def scratch_buffers(
-    count: int, shape: torch.Size | tuple[int, ...], dtype: torch.dtype, device: torch.device
-) -> list[Tensor]:
-    """``count`` uninitialised contiguous tensors of ``shape``, reused from call to call on CPU.
-
-    For the temporaries of an eager kernel that must not outlive the call (never for a tensor that is
-    returned or saved for backward). On CPU every fresh multi-megabyte tensor costs page faults
-    (the allocator hands large blocks back to the system when they are freed), often more than the
-    arithmetic on it; these buffers stay allocated instead: per thread and dtype, ``count`` flat
-    buffers that grow to the largest ``numel`` seen, viewed as ``shape``. The views of one call are
-    valid until the next ``scratch_buffers`` call of the same thread and dtype. On other devices
-    (whose caching allocators already reuse memory) they are plain ``torch.empty`` tensors.
-    """
-    if torch.device(device).type != "cpu":
-        return [torch.empty(shape, dtype=dtype, device=device) for _ in range(count)]
-    numel = 1
-    for size in shape:
-        numel *= size
-    pools: dict[torch.dtype, list[Tensor]] | None = getattr(_SCRATCH, "pools", None)
-    if pools is None:
-        pools = _SCRATCH.pools = {}
-    pool = pools.get(dtype, [])
-    if len(pool) < count or (pool and pool[0].numel() < numel):
-        size = max([numel] + [buf.numel() for buf in pool[:1]])
-        pool = pools[dtype] = [torch.empty(size, dtype=dtype) for _ in range(max(count, len(pool)))]
-    return [buf[:numel].view(shape) for buf in pool[:count]]
 
 
 class CompiledKernel:

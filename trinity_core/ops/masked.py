@@ -6,14 +6,17 @@ reaches neither the result nor the gradient (multiplying by the mask would give 
 
 Nothing here synchronises with the host: no ``.item()``, no Python ``bool`` of a tensor, no branching on
 tensor values. Results live on the device and in the floating dtype of ``x`` (or the ``dtype`` asked
-for). Empty selections have documented finite results instead of raising, unlike the reference's
-``masked_var`` (defect 16).
+for). Empty selections have documented finite results instead of raising (trinity-rft 0.6.0's
+``masked_var`` raises on them).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from trinity_core.ops import fast
+from trinity_core.ops.select import as_bool_mask, select
 
 __all__ = ["masked_mean", "masked_sum", "masked_var", "masked_whiten"]
 
@@ -22,9 +25,8 @@ Dim = int | tuple[int, ...] | None
 
 def _as_bool_mask(x: Tensor, mask: Tensor, where: str) -> Tensor:
     """Return ``mask`` as a bool tensor broadcast to ``x``'s shape, with a readable error on mismatch."""
-    bool_mask = mask if mask.dtype == torch.bool else mask != 0
     try:
-        return bool_mask.expand(x.shape)
+        return as_bool_mask(mask).expand(x.shape)
     except RuntimeError:
         raise ValueError(
             f"{where}: mask of shape {tuple(mask.shape)} does not broadcast to values of shape "
@@ -32,16 +34,11 @@ def _as_bool_mask(x: Tensor, mask: Tensor, where: str) -> Tensor:
         ) from None
 
 
-def _select(x: Tensor, mask: Tensor) -> Tensor:
-    """``x`` where ``mask`` holds and exactly ``0`` elsewhere (gradient 0 at masked positions, never NaN)."""
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
-
-
 def _count(mask: Tensor, dim: Dim, dtype: torch.dtype) -> Tensor:
     """Number of selected elements along ``dim`` as ``dtype``.
 
     Counted in int32 when no count can overflow it: a bool sum converts its whole input to the
-    accumulation type first, and the int64 copy took 4x as long (0.84 ms against 0.20 ms at 8,192 x 256).
+    accumulation type first, and the narrower type converts faster.
     """
     count_dtype = torch.int32 if mask.numel() < 2**31 else torch.int64
     return mask.sum(dim=dim, dtype=count_dtype).to(dtype)
@@ -53,7 +50,7 @@ def masked_sum(x: Tensor, mask: Tensor, dim: Dim = None) -> Tensor:
     ``mask`` must broadcast to ``x``. An empty selection sums to ``0``.
     """
     m = _as_bool_mask(x, mask, "masked_sum")
-    return _select(x, m).sum(dim=dim)
+    return select(x, m).sum(dim=dim)
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: Dim = None, dtype: torch.dtype | None = None) -> Tensor:
@@ -62,46 +59,23 @@ def masked_mean(x: Tensor, mask: Tensor, dim: Dim = None, dtype: torch.dtype | N
     An empty selection (all masked) gives exactly ``0``, not NaN. Unlike the reference, no ``1e-8`` is
     added to the count, so the mean of selected elements is exact. ``dtype`` (default: ``x``'s) is the
     dtype of the sum and the result: ``masked_mean(x, m, dtype=torch.float64)`` is the float64 mean of a
-    float32 ``x``, bitwise that of its float64 copy; for 2-D ``x`` on CPU the row sums convert one
-    block of rows at a time instead of the whole tensor.
+    float32 ``x``, bitwise that of its float64 copy.
     """
     m = _as_bool_mask(x, mask, "masked_mean")
     if dtype is not None and _sums_rows_by_block(x, dim, dtype):
-        total = _row_sums(x, m, dtype)
+        # Group advantages take float64 means of float32 (N, T) log-probs on every step; a block-wise
+        # conversion avoids a full-size float64 temporary (same bits).
+        total = fast.row_sums(x, m, dtype)
     else:
-        total = _select(x, m).sum(dim=dim, dtype=dtype)
+        total = select(x, m).sum(dim=dim, dtype=dtype)
     return total / _count(m, dim, total.dtype).clamp_min(1)
 
 
-_ROW_BLOCK_ELEMENTS = 1 << 16
-"""Elements per block of :func:`_row_sums` (512 KiB of float64: the converted block stays in cache)."""
-
-
 def _sums_rows_by_block(x: Tensor, dim: Dim, dtype: torch.dtype) -> bool:
-    """True for row sums of a 2-D CPU ``x`` in another dtype, without autograd: :func:`_row_sums`."""
+    """True for row sums of a 2-D CPU ``x`` in another dtype, without autograd: :func:`fast.row_sums`."""
     if dtype == x.dtype or x.dim() != 2 or dim not in (-1, 1) or x.device.type != "cpu":
         return False
     return not (x.requires_grad and torch.is_grad_enabled())
-
-
-def _row_sums(x: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """``_select(x, mask).sum(dim=-1, dtype=dtype)`` of a 2-D ``x``, converted block of rows by block.
-
-    ``sum(dtype=...)`` converts its whole input first: for 8,192 x 256 float32 log-probs that is a
-    16 MiB float64 temporary, fresh pages on every call (~4 ms, most of it page faults). Each row is
-    reduced alone, so summing blocks of rows gives the same bits. The select is the bitwise one of
-    :func:`~trinity_core.ops.fused.select` (exactly ``torch.where``, ~4x faster on CPU). No autograd.
-    """
-    from trinity_core.ops.fused import select  # not at the top: fused imports aggregate, which imports us
-
-    rows = max(1, _ROW_BLOCK_ELEMENTS // max(x.shape[1], 1))
-    if not x.is_floating_point():
-        return _select(x, mask).sum(dim=-1, dtype=dtype)
-    out = torch.empty(x.shape[0], dtype=dtype, device=x.device)
-    for start in range(0, x.shape[0], rows):
-        stop = start + rows
-        torch.sum(select(x[start:stop], mask[start:stop]), dim=-1, dtype=dtype, out=out[start:stop])
-    return out
 
 
 def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
@@ -114,10 +88,10 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
     so ``n = 0`` gives ``0`` and ``n = 1`` gives ``0`` (a single value has no spread) in both modes.
     """
     m = _as_bool_mask(x, mask, "masked_var")
-    xs = _select(x, m)
+    xs = select(x, m)
     n = _count(m, None, xs.dtype)
     mean = xs.sum() / n.clamp_min(1)
-    centered = _select(xs - mean, m)
+    centered = select(xs - mean, m)
     ss = (centered * centered).sum()
     return ss / (n - 1 if unbiased else n).clamp_min(1)
 
@@ -129,16 +103,16 @@ def masked_whiten(
 
     ``out = (x − μ) / sqrt(var + eps)`` (plus ``μ`` again when ``shift_mean`` is False), with ``μ`` and
     ``var`` from :func:`masked_mean` and :func:`masked_var` over all selected elements; ``eps`` sits
-    inside the square root as in the reference. Masked positions of the output are exactly ``0`` (the
-    reference leaves them whitened, defect 16). With fewer than two selected elements ``var = 0``, so
+    inside the square root as in the reference. Masked positions of the output are exactly ``0`` (trinity-rft
+    0.6.0 leaves them whitened). With fewer than two selected elements ``var = 0``, so
     ``out = (x − μ)·eps^-1/2`` on the selected element, which is ``0`` for a single element (``μ`` when
     ``shift_mean`` is False).
     """
     m = _as_bool_mask(x, mask, "masked_whiten")
-    xs = _select(x, m)
+    xs = select(x, m)
     mean = masked_mean(xs, m)
     var = masked_var(xs, m, unbiased=unbiased)
     out = (xs - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean
-    return _select(out, m)
+    return select(out, m)

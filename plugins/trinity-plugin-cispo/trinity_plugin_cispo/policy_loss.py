@@ -1,25 +1,21 @@
-"""``cispo`` policy loss: :class:`CISPOPolicyLossFn` (seed ``trinity.algorithm.policy_loss_fn``)."""
+"""``cispo`` policy loss: :class:`CISPOPolicyLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn``)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 import torch
 from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean
-from trinity_plugin_cispo._masking import as_bool_mask, selected
+from trinity_core.ops import LOG_RATIO_CLAMP, clamp_log_ratio, masked_mean, policy_inputs
 
 __all__ = ["LOG_RATIO_CLAMP", "CISPOArgs", "CISPOPolicyLossFn"]
 
-LOG_RATIO_CLAMP: Final[float] = 20.0
-"""``log r`` is clamped to ``[-20, 20]`` before ``exp`` (stale data must not overflow to inf/NaN)."""
-
 
 class CISPOArgs(LossAggArgs):
-    """Arguments of :class:`CISPOPolicyLossFn` (names and defaults: seed 003)."""
+    """Arguments of :class:`CISPOPolicyLossFn` (names and defaults: trinity-rft 0.6.0's)."""
 
     clip_range_low: float = Field(
         1.0,
@@ -63,7 +59,7 @@ class CISPOPolicyLossFn(PolicyLossFn):
     ``log π_old − log π``, unclamped), ``unmasked_frac`` (masked mean of ``M``).
 
     Differences from the reference (trinity-rft 0.6.0): ``log r`` is clamped to ±20 before ``exp``
-    (defect 8.10: ``w`` differs only for ``r < e^−20`` with no lower bound, where it is ``e^−20`` instead
+    (``w`` differs only for ``r < e^−20`` with no lower bound, where it is ``e^−20`` instead
     of a smaller number); NaN/inf at masked positions reach neither loss nor gradient; metrics are
     tensors; aggregation honours the trainer's global normalizers (``loss_scale=``).
     """
@@ -94,19 +90,13 @@ class CISPOPolicyLossFn(PolicyLossFn):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Loss ``agg(−A · sg(w) · sg(M) · log π)`` over the ``action_mask`` tokens, and metrics.
 
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
+        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        mask = as_bool_mask(action_mask)
-        dtype = torch.promote_types(logprob.dtype, torch.float32)
-        current = selected(logprob, mask, dtype)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, current, adv = inputs.mask, inputs.logprob, inputs.advantages
         with torch.no_grad():
-            delta = current - selected(old_logprob, mask, dtype)
-            ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-            adv = selected(advantages, mask, dtype)
+            delta = inputs.delta
+            ratio = torch.exp(clamp_log_ratio(delta))
             weight = ratio.clamp(1.0 - self.clip_range_low, 1.0 + self.clip_range_high)
             keep = torch.ones_like(ratio)
             if self.enable_mask_clip:

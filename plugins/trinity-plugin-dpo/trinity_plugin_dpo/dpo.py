@@ -1,4 +1,4 @@
-"""``dpo`` policy loss: :class:`DPOLossFn` (seed ``trinity.algorithm.policy_loss_fn.DPOLossFn``)."""
+"""``dpo`` policy loss: :class:`DPOLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn.DPOLossFn``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ PAIR_KEYS: Final[tuple[str, ...]] = ("pair_id", "chosen_mask")
 
 
 class DPOArgs(ComponentArgs):
-    """Arguments of :class:`DPOLossFn` (defaults: the seed's)."""
+    """Arguments of :class:`DPOLossFn` (defaults: trinity-rft 0.6.0's)."""
 
     beta: float = Field(0.1, gt=0, description="Inverse temperature β of the implicit reward β·log(π/π_ref).")
     label_smoothing: float = Field(
@@ -74,7 +74,7 @@ class DPOLossFn(PolicyLossFn):
     trainer's ``loss_scale`` the sum is divided by the step's global row count (two per pair), so any
     split into micro-batches that keeps pairs together gives the full-batch gradient.
 
-    **Difference from the reference** (defect 12): the reference sums the log-ratios of *all* chosen rows
+    **Difference from the reference**: the reference sums the log-ratios of *all* chosen rows
     of a micro-batch into one logit (and all rejected rows into another), which is DPO only when a
     micro-batch holds exactly one pair. Here every pair has its own logit. Metrics (detached, this call,
     means over pairs): ``dpo_loss``, ``chosen_reward`` (``β·ρ_chosen``), ``rejected_reward``,

@@ -10,8 +10,7 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, PolicyLossFn
-from trinity_core.ops import masked_mean
-from trinity_plugin_gspo._masking import as_bool_mask, selected
+from trinity_core.ops import masked_mean, policy_inputs
 
 __all__ = ["DEFAULT_LOG_CLIP_RANGE", "GEO_LOG_RATIO_CLAMP", "GMPOArgs", "GMPOPolicyLossFn"]
 
@@ -123,10 +122,10 @@ class GMPOPolicyLossFn(PolicyLossFn):
             action_mask: ``(B, T)``, True / non-zero on the tokens that count.
             advantages: ``(B, T)`` (or broadcastable) advantages; averaged per sequence.
         """
-        mask = as_bool_mask(action_mask)
-        dtype = torch.promote_types(logprob.dtype, torch.float32)
-        delta = selected(logprob, mask, dtype) - selected(old_logprob, mask, dtype)
-        seq_adv = masked_mean(selected(advantages, mask, dtype), mask, dim=-1)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, dtype = inputs.mask, inputs.dtype
+        delta = inputs.delta
+        seq_adv = masked_mean(inputs.advantages, mask, dim=-1)
         sign = torch.sign(seq_adv).unsqueeze(-1)
         delta_clipped = delta.clamp(-self.clip_range_low, self.clip_range_high)
         pessimistic = sign * torch.minimum(sign * delta, sign * delta_clipped)

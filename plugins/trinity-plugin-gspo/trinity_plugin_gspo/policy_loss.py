@@ -1,4 +1,4 @@
-"""``gspo`` policy loss: :class:`GSPOLossFn` (seed ``trinity.algorithm.policy_loss_fn``)."""
+"""``gspo`` policy loss: :class:`GSPOLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, PolicyLossFn
-from trinity_core.ops import masked_mean
-from trinity_plugin_gspo._masking import as_bool_mask, selected
+from trinity_core.ops import masked_mean, policy_inputs
 
 __all__ = [
     "DEFAULT_CLIP_RANGE_HIGH",
@@ -32,7 +31,7 @@ sequences beyond it get no gradient (the reference does not clamp and overflows 
 
 
 class GSPOArgs(LossAggArgs):
-    """Arguments of :class:`GSPOLossFn` (names and defaults: seed 003)."""
+    """Arguments of :class:`GSPOLossFn` (names and defaults: trinity-rft 0.6.0's)."""
 
     clip_range: float | None = Field(
         None,
@@ -48,7 +47,7 @@ class GSPOArgs(LossAggArgs):
     clip_range_high: float | None = Field(
         None, ge=0, description="ε_high: the upper clip bound is 1 + ε_high; None: clip_range, else 4e-4."
     )
-    loss_agg_mode: LossAggMode | None = Field(  # type: ignore[assignment]  # widened to allow None (seed)
+    loss_agg_mode: LossAggMode | None = Field(  # type: ignore[assignment]  # widened to allow None (as trinity-rft)
         "seq-mean-token-mean",
         description=(
             "How per-token losses are reduced; GSPO's paper averages per sequence (seq-mean-token-mean). "
@@ -83,9 +82,9 @@ class GSPOLossFn(PolicyLossFn):
 
     Differences from the reference (trinity-rft 0.6.0): (1) ``GSPOLossFn()`` works: unset bounds resolve
     to the 3e-4 / 4e-4 of the reference's ``default_args()`` (its ``__init__`` raised ``ValueError``);
-    (2) ``log s`` is clamped at :data:`SEQ_LOG_RATIO_MAX` (defect 8.10; verl clamps at 10 too), which
+    (2) ``log s`` is clamped at :data:`SEQ_LOG_RATIO_MAX` (verl clamps at 10 too), which
     changes nothing for ``δ̄_b ≤ 10``; (3) its own ``seq-mean-token-mean`` default takes effect: the
-    trinity-core config replaces it only when the user sets ``algorithm.loss_agg_mode`` (defect 8.14);
+    trinity-core config replaces it only when the user sets ``algorithm.loss_agg_mode``;
     (4) NaN/inf at masked positions never reach loss or gradient; ``ppo_kl_seq`` skips empty rows;
     metrics are tensors; aggregation honours the trainer's global normalizers (``loss_scale=``). No
     warning is logged for a non-paper ``loss_agg_mode``.
@@ -124,20 +123,15 @@ class GSPOLossFn(PolicyLossFn):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Loss ``agg(ℓ)`` over the ``action_mask`` tokens, and metrics.
 
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
+        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        mask = as_bool_mask(action_mask)
-        dtype = torch.promote_types(logprob.dtype, torch.float32)
-        current = selected(logprob, mask, dtype)
-        delta = current - selected(old_logprob, mask, dtype)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, dtype, current = inputs.mask, inputs.dtype, inputs.logprob
+        delta = inputs.delta
         seq_delta = masked_mean(delta, mask, dim=-1)
         log_seq_ratio = current - current.detach() + seq_delta.detach().unsqueeze(-1)
         ratio = torch.exp(log_seq_ratio.clamp(max=SEQ_LOG_RATIO_MAX))
-        adv = selected(advantages, mask, dtype)
+        adv = inputs.advantages
 
         unclipped = -adv * ratio
         clipped = -adv * ratio.clamp(1.0 - self.clip_range_low, 1.0 + self.clip_range_high)

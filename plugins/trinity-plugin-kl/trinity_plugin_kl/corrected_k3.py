@@ -19,7 +19,7 @@ class CorrectedK3Fn(KLFn):
     Tokens are sampled from the rollout policy ``π_old``, not from ``π_θ``; the importance ratio
     ``w = π_θ / π_old`` re-weights k3 to estimate ``KL(π_θ ‖ π_ref)`` off-policy (as in DeepSeek-V3.2's
     unbiased KL estimate). ``w`` is clamped to ``[0, 2]`` for stability and, unlike the reference, is
-    *detached* (defect 8.17): the gradient is ``w · (1 − exp(ref − logp)) · ∇logp``, the importance-
+    *detached*: the gradient is ``w · (1 − exp(ref − logp)) · ∇logp``, the importance-
     weighted k3 gradient, without the extra ``k3 · ∇w`` term the reference back-propagates. Values equal
     the reference's. Without ``old_logprob`` (e.g. the reward-penalty path) this is plain k3.
     """

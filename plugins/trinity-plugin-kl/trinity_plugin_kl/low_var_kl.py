@@ -13,7 +13,7 @@ __all__ = ["LowVarKLFn"]
 class LowVarKLFn(KLFn):
     """low_var_kl = clamp(exp(u) − u − 1, −10, 10) with u = clamp(ref − logp, −20, 20).
 
-    The same estimator as ``k3``, bounded to ``[0, 10]`` (the reference clamps silently, defect 8.17;
+    The same estimator as ``k3``, bounded to ``[0, 10]`` (the reference clamps silently;
     here the clamp is the documented contract). The value saturates at 10 for ``ref − logp ≳ 2.611``
     or ``≲ −11.0``; there the gradient is exactly 0, so those tokens are no longer pulled towards the
     reference. Called ``k3`` in verl.

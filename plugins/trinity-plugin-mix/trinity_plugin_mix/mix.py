@@ -1,4 +1,4 @@
-"""``mix`` policy loss: :class:`MIXPolicyLossFn` (seed ``trinity.algorithm.policy_loss_fn``)."""
+"""``mix`` policy loss: :class:`MIXPolicyLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn``)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class MIXPolicyLossFn(MixedPolicyLoss):
     Expert rows (``expert_mask`` True, from the trainer's mixed sampling) get the plain ``sft`` loss;
     the others the PPO clip with dual clip. Normalisation, masking and metrics: see
     :class:`~trinity_plugin_mix.mixed.MixedPolicyLoss`. Differences from the reference: metrics are not
-    multiplied by the sample weights (defect 13), global normalisation per subset with
+    multiplied by the sample weights, global normalisation per subset with
     :class:`~trinity_plugin_mix.loss_scale.MixLossScale`, no host synchronisation, and the metrics of an
     empty subset are 0 instead of missing.
     """

@@ -1,4 +1,4 @@
-"""``mix_chord`` policy loss: :class:`MIXCHORDPolicyLossFn` (seed) and its μ schedule."""
+"""``mix_chord`` policy loss: :class:`MIXCHORDPolicyLossFn` and its μ schedule."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class MIXCHORDPolicyLossFn(MixedPolicyLoss):
     step ``s`` given per row in ``step`` (the largest value of the call is used; the reference asserts
     they are equal, which needs a host synchronisation). Everything else as
     :class:`~trinity_plugin_mix.mixed.MixedPolicyLoss`. Unlike the reference, an empty subset contributes
-    0 (the reference runs the inner losses on empty tensors: NaN in ``seq-mean-*`` modes, defect 13) and
+    0 (the reference runs the inner losses on empty tensors: NaN in ``seq-mean-*`` modes) and
     metrics are not multiplied by the sample weights. Extra metric: ``mu``.
     """
 

@@ -19,7 +19,7 @@ __all__ = ["MixedArgs", "MixedPolicyLoss"]
 
 
 class MixedArgs(LossAggArgs):
-    """Arguments common to ``mix`` and ``mix_chord`` (names and defaults of the seed)."""
+    """Arguments common to ``mix`` and ``mix_chord`` (names and defaults of trinity-rft 0.6.0)."""
 
     clip_range: float | None = Field(0.2, gt=0, description="PPO clip ε for both sides unless set per side.")
     clip_range_low: float | None = Field(None, gt=0, description="PPO clip ε below 1 (default clip_range).")
@@ -73,7 +73,7 @@ class MixedPolicyLoss(PolicyLossFn):
       ``bs = train_batch_size_<subset> // ngpus_trainer``.
     * a plain :class:`~trinity_core.ops.LossScale` is a ``TypeError``: it counts both subsets together.
 
-    Metrics (detached, this call, **not** multiplied by ``n · w``, unlike the reference, defect 13):
+    Metrics (detached, this call, **not** multiplied by ``n · w``, unlike the reference):
     ``usual/pg_loss``, ``usual/pg_clipfrac``, ``usual/pg_clipfrac_lower``, ``usual/ppo_kl``,
     ``expert/<sft metric>``, ``loss``.
     """

@@ -1,4 +1,4 @@
-"""``opmd`` policy loss: :class:`OPMDPolicyLossFn` (seed 003)."""
+"""``opmd`` policy loss: :class:`OPMDPolicyLossFn` (trinity-rft 0.6.0)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["OPMDPolicyLossArgs", "OPMDPolicyLossFn"]
 
 
 class OPMDPolicyLossArgs(LossAggArgs):
-    """Arguments of :class:`OPMDPolicyLossFn` (the seed's ``default_args()``)."""
+    """Arguments of :class:`OPMDPolicyLossFn` (trinity-rft 0.6.0's ``default_args()``)."""
 
     tau: float = Field(1.0, ge=0, description="Regularisation temperature: the loss is divided by 1 + tau.")
 

@@ -10,13 +10,7 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean
-from trinity_plugin_peer_losses._tokens import (
-    LOG_RATIO_CLAMP,
-    as_bool_mask,
-    compute_dtype,
-    selected,
-)
+from trinity_core.ops import clamp_log_ratio, masked_mean, policy_inputs
 
 __all__ = ["DPPOArgs", "DPPOPolicyLossBase"]
 
@@ -126,19 +120,13 @@ class DPPOPolicyLossBase(PolicyLossFn):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Loss ``agg(−A · sg(min(r, C)) · M · log π)`` over the ``action_mask`` tokens, and metrics.
 
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
+        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        mask = as_bool_mask(action_mask)
-        dtype = compute_dtype(logprob)
-        lp = selected(logprob, mask, dtype)
-        old = selected(old_logprob, mask, dtype)
-        adv = selected(advantages, mask, dtype)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, dtype = inputs.mask, inputs.dtype
+        lp, old, adv = inputs.logprob, inputs.old_logprob, inputs.advantages
         with torch.no_grad():
-            delta = (lp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            delta = clamp_log_ratio(lp - old)
             ratio = torch.exp(delta)
             weight = ratio.clamp(max=self.clip_ratio_c)
             inside = self.trust_region_mask(lp.detach(), old, adv) & mask

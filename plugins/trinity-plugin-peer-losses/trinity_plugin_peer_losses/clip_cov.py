@@ -9,9 +9,8 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean
+from trinity_core.ops import masked_mean, policy_inputs
 from trinity_plugin_peer_losses._covariance import selection_count, token_covariance, top_k_mask
-from trinity_plugin_peer_losses._tokens import as_bool_mask, compute_dtype, masked_log_ratio, selected
 
 __all__ = ["ClipCovArgs", "ClipCovPolicyLossFn"]
 
@@ -129,24 +128,20 @@ class ClipCovPolicyLossFn(PolicyLossFn):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Loss ``agg(ℓ · [t ∉ S])`` over the ``action_mask`` tokens, and metrics.
 
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
+        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        mask = as_bool_mask(action_mask)
-        dtype = compute_dtype(logprob)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, dtype = inputs.mask, inputs.dtype
         low = self.clip_range if self.clip_range_low is None else self.clip_range_low
         high = self.clip_range if self.clip_range_high is None else self.clip_range_high
-        log_ratio = masked_log_ratio(logprob, old_logprob, mask, dtype)
+        log_ratio = inputs.log_ratio
         ratio = torch.exp(log_ratio)
-        adv = selected(advantages, mask, dtype)
+        adv = inputs.advantages
         unclipped = -adv * ratio
         clipped = -adv * ratio.clamp(1 - low, 1 + high)
         with torch.no_grad():
             ppo_clipped = (clipped > unclipped) & mask
-            cut = self.cut_tokens(selected(logprob, mask, dtype), adv, mask, ppo_clipped)
+            cut = self.cut_tokens(inputs.logprob, adv, mask, ppo_clipped)
         zero = torch.zeros((), dtype=dtype, device=mask.device)
         per_token = torch.where(cut, zero, torch.maximum(unclipped, clipped))
         loss = self.aggregate(per_token, mask)

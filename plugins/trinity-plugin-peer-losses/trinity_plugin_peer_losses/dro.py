@@ -9,8 +9,7 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean
-from trinity_plugin_peer_losses._tokens import as_bool_mask, compute_dtype, selected
+from trinity_core.ops import masked_mean, policy_inputs
 
 __all__ = ["DROArgs", "DROPolicyLossFn"]
 
@@ -81,12 +80,10 @@ class DROPolicyLossFn(PolicyLossFn):
             action_mask: ``(B, T)``, True / non-zero on the tokens that count.
             advantages: ``(B, T)`` (or broadcastable) advantages.
         """
-        mask = as_bool_mask(action_mask)
-        dtype = compute_dtype(logprob)
-        lp = selected(logprob, mask, dtype)
-        delta = lp - selected(old_logprob, mask, dtype)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, lp, delta = inputs.mask, inputs.logprob, inputs.delta
         penalty = 0.5 * self.dro_beta * delta.square()
-        per_token = -(selected(advantages, mask, dtype) * lp - penalty)
+        per_token = -(inputs.advantages * lp - penalty)
         loss = self.aggregate(per_token, mask)
         with torch.no_grad():
             metrics = {

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_plugin_peer_losses._tokens import as_bool_mask, compute_dtype, selected
+from trinity_core.ops import as_bool_mask, compute_dtype, select
 
 __all__ = ["GPGArgs", "GPGPolicyLossFn"]
 
@@ -57,6 +57,6 @@ class GPGPolicyLossFn(PolicyLossFn):
         """
         mask = as_bool_mask(action_mask)
         dtype = compute_dtype(logprob)
-        per_token = -selected(advantages, mask, dtype) * selected(logprob, mask, dtype)
+        per_token = -select(advantages, mask, dtype) * select(logprob, mask, dtype)
         loss = self.aggregate(per_token, mask)
         return loss, {"gpg_loss": loss.detach()}

@@ -9,9 +9,8 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean
+from trinity_core.ops import clamp_log_ratio, masked_mean, policy_inputs
 from trinity_plugin_peer_losses._covariance import selection_count, token_covariance, top_k_mask
-from trinity_plugin_peer_losses._tokens import LOG_RATIO_CLAMP, as_bool_mask, compute_dtype, selected
 
 __all__ = ["KLCovArgs", "KLCovPolicyLossFn"]
 
@@ -94,18 +93,12 @@ class KLCovPolicyLossFn(PolicyLossFn):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Loss ``agg(−A r + β |δ| · [t ∈ S])`` over the ``action_mask`` tokens, and metrics.
 
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
+        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        mask = as_bool_mask(action_mask)
-        dtype = compute_dtype(logprob)
-        lp = selected(logprob, mask, dtype)
-        delta = lp - selected(old_logprob, mask, dtype)
-        ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-        adv = selected(advantages, mask, dtype)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, dtype, lp, adv = inputs.mask, inputs.dtype, inputs.logprob, inputs.advantages
+        delta = inputs.delta
+        ratio = torch.exp(clamp_log_ratio(delta))
         with torch.no_grad():
             penalised = self.penalised_tokens(lp, adv, mask)
         zero = torch.zeros((), dtype=dtype, device=mask.device)

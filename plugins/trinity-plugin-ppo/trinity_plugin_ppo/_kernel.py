@@ -5,6 +5,11 @@
 autograd takes through the reference's formula, including its conventions at ties: ``torch.maximum`` /
 ``torch.minimum`` split the gradient in halves between equal operands; ``clamp`` passes it on
 ``[lo, hi]`` inclusive.
+
+It selects and converts masks with the exact kernels of :mod:`trinity_core.ops.fast` (bit-for-bit
+``torch.where`` and ``Tensor.to``): with plain ``torch.where`` the default eager path misses its speed
+target against trinity-rft 0.6.0 on CPU (``benchmarks/bench_losses.py``). Under ``torch.compile``
+they are plain ``torch.where``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from typing import Final
 import torch
 from torch import Tensor
 
-from trinity_core.ops.fused import CompiledKernel, as_flags, as_float, choose, mask_bits, select
+from trinity_core.ops.fast import as_float, bit_choose, bit_select, mask_bits
+from trinity_core.ops.fused import CompiledKernel, as_flags
 
 __all__ = ["PPO_KERNEL", "SEQUENCE_KL_EPS", "ppo_token_terms"]
 
@@ -57,17 +63,17 @@ def ppo_token_terms(
     dtype = torch.promote_types(logprob.dtype, torch.float32)
     mask, mask_f = as_flags(mask, dtype)
     bits = None if torch.compiler.is_compiling() else mask_bits(mask, dtype)
-    raw = select(logprob.to(dtype) - old_logprob.to(dtype), mask, bits)
+    raw = bit_select(logprob.to(dtype) - old_logprob.to(dtype), mask, bits)
     delta = raw.clamp(-log_ratio_clamp, log_ratio_clamp)
     ratio = torch.exp(delta)
-    neg_adv = -select(advantages.to(dtype), mask, bits)
+    neg_adv = -bit_select(advantages.to(dtype), mask, bits)
     negative = neg_adv > 0
     loss1 = neg_adv * ratio
     clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss2 = neg_adv * clipped_ratio
     clipped = torch.maximum(loss1, loss2)
     loss3 = neg_adv * clip_ratio_c
-    per_token = choose(negative, torch.minimum(clipped, loss3), clipped)
+    per_token = bit_choose(negative, torch.minimum(clipped, loss3), clipped)
 
     # ∂C1/∂r: ℓ1's share of the max times −A, plus ℓ2's share times −A inside the clip range.
     w1 = _tie_weight(loss1, loss2, dtype)
@@ -90,7 +96,7 @@ def ppo_token_terms(
         row_kl = (-delta).sum(dim=-1) / (row_count + SEQUENCE_KL_EPS)
         drop = negative & (row_kl > sequence_kl_threshold).unsqueeze(-1)
         zero = torch.zeros((), dtype=dtype, device=per_token.device)
-        per_token = choose(drop, zero.expand_as(per_token), per_token)
+        per_token = bit_choose(drop, zero.expand_as(per_token), per_token)
         keep_f = 1.0 - as_float(drop, dtype)
         local_grad = local_grad * keep_f
         nonempty = as_float(row_count > 0, dtype)

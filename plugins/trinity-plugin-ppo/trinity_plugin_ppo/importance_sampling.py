@@ -8,8 +8,7 @@ import torch
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean
-from trinity_plugin_ppo._ratio import as_bool_mask, masked_log_ratio, selected
+from trinity_core.ops import masked_mean, policy_inputs
 
 __all__ = ["ImportanceSamplingArgs", "ImportanceSamplingLossFn"]
 
@@ -48,17 +47,13 @@ class ImportanceSamplingLossFn(PolicyLossFn):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Loss ``agg(−A·r)`` over the ``action_mask`` tokens, and metrics.
 
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
+        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        mask = as_bool_mask(action_mask)
-        dtype = torch.promote_types(logprob.dtype, torch.float32)
-        delta = masked_log_ratio(logprob, old_logprob, mask, dtype)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask = inputs.mask
+        delta = inputs.log_ratio
         ratio = torch.exp(delta)
-        loss = self.aggregate(-selected(advantages, mask, dtype) * ratio, mask)
+        loss = self.aggregate(-inputs.advantages * ratio, mask)
         with torch.no_grad():
             metrics = {
                 "pg_loss": loss.detach(),

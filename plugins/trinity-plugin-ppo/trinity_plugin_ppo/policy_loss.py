@@ -1,4 +1,4 @@
-"""``ppo`` policy loss: :class:`PPOPolicyLossFn` (seed ``trinity.algorithm.policy_loss_fn``)."""
+"""``ppo`` policy loss: :class:`PPOPolicyLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, PolicyLossFn
-from trinity_core.ops.fused import aggregate_rows, as_float, rows_with_gradient
+from trinity_core.ops import LOG_RATIO_CLAMP, as_bool_mask, compute_dtype
+from trinity_core.ops.fast import as_float
+from trinity_core.ops.fused import rows_with_gradient
 from trinity_plugin_ppo._kernel import PPO_KERNEL, SEQUENCE_KL_EPS, ppo_token_terms
-from trinity_plugin_ppo._ratio import LOG_RATIO_CLAMP, as_bool_mask
 
 __all__ = ["DEFAULT_CLIP_RANGE", "SEQUENCE_KL_EPS", "PPOArgs", "PPOPolicyLossFn"]
 
@@ -21,7 +22,7 @@ DEFAULT_CLIP_RANGE: Final[float] = 0.2
 
 
 class PPOArgs(LossAggArgs):
-    """Arguments of :class:`PPOPolicyLossFn` (names and defaults: seed 003)."""
+    """Arguments of :class:`PPOPolicyLossFn` (names and defaults: trinity-rft 0.6.0's ``ppo``)."""
 
     clip_range: float | None = Field(
         None,
@@ -44,7 +45,7 @@ class PPOArgs(LossAggArgs):
         gt=1.0,
         description="Dual-clip constant c > 1: for A < 0 the per-token loss is at most −A·c (Ye et al. 2020)",
     )
-    loss_agg_mode: LossAggMode | None = Field(  # type: ignore[assignment]  # widened to allow None (seed)
+    loss_agg_mode: LossAggMode | None = Field(  # type: ignore[assignment]  # widened to allow None (as trinity-rft)
         "token-mean",
         description=(
             "How per-token losses are reduced (token-mean, seq-mean-token-sum, seq-mean-token-mean, "
@@ -176,15 +177,15 @@ class PPOPolicyLossFn(PolicyLossFn):
                 logprob.detach(),
                 old_logprob.detach(),
                 advantages.detach(),
-                # Compiled kernels read a float mask much faster than a bool one (see as_flags).
-                as_float(mask, torch.promote_types(logprob.dtype, torch.float32)) if self.fused else mask,
+                # Compiled kernels read a float mask faster than a bool one.
+                as_float(mask, compute_dtype(logprob)) if self.fused else mask,
                 self.clip_range_low,
                 self.clip_range_high,
                 self.clip_ratio_c,
                 LOG_RATIO_CLAMP,
                 self.delta_sequence_masking if self.enable_sequence_masking else None,
             )
-        loss = aggregate_rows(self, rows_with_gradient(logprob, row_loss, local_grad), row_count)
+        loss = self.aggregate_rows(rows_with_gradient(logprob, row_loss, local_grad), row_count)
         with torch.no_grad():
             values = stats / row_count.sum().clamp_min(1)
             metrics = {

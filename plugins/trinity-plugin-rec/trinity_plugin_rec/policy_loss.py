@@ -1,4 +1,4 @@
-"""``rec`` policy loss: :class:`RECPolicyLossFn` (seed ``trinity.algorithm.policy_loss_fn``)."""
+"""``rec`` policy loss: :class:`RECPolicyLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ Regularizer = Literal["none", "k2", "forward-kl"]
 
 
 class RECPolicyLossArgs(ComponentArgs):
-    """Arguments of :class:`RECPolicyLossFn`; defaults are the seed constructor's."""
+    """Arguments of :class:`RECPolicyLossFn`; defaults are trinity-rft 0.6.0's."""
 
     epsilon_low: float = Field(0.2, gt=0, le=1, description="Lower clip width: ratios below 1 - eps are out.")
     epsilon_high: float = Field(0.2, gt=0, description="Upper clip width: ratios above 1 + eps are out.")

@@ -3,8 +3,10 @@
 Two implementations of one contract (see :func:`sapo_eager_terms`):
 
 * :func:`sapo_eager_terms`, the default path of ``SAPOPolicyLossFn``: about thirty in-place tensor
-  operations on a few reused scratch buffers, chosen for CPU speed (no ``bool`` tensors in the hot
-  path, ``exp2`` and ``sigmoid`` instead of the several times slower ``exp``).
+  operations on a few reused scratch buffers (:func:`~trinity_core.ops.fast.scratch_buffers`), chosen
+  for CPU speed (no ``bool`` tensors in the hot path, ``exp2`` and ``sigmoid`` instead of the slower
+  ``exp``). Why not plain torch: the same terms written plainly (:func:`sapo_token_terms` run eagerly)
+  miss the eager speed target against trinity-rft 0.6.0 (``benchmarks/bench_losses.py``).
 * :func:`sapo_token_terms`, written for ``torch.compile`` (``fused=True``, :data:`SAPO_KERNEL`): the
   compiler turns it into one loop over ``(B, T)`` that stores the local gradient and accumulates every
   row sum.
@@ -21,7 +23,8 @@ from typing import Final
 import torch
 from torch import Tensor
 
-from trinity_core.ops.fused import CompiledKernel, aggregate_row_weights, scratch_buffers
+from trinity_core.ops.fast import scratch_buffers
+from trinity_core.ops.fused import CompiledKernel, aggregate_row_weights
 
 __all__ = [
     "GRAD_SCALE",
@@ -79,7 +82,7 @@ def sapo_eager_terms(
     Returns:
         ``(row_loss (B,), row_count (B,), q (B, T), stats)`` in ``logprob``'s float type (at least
         float32); ``stats`` holds the selected sums ``[Σ −δ, Σ f, Σ r, Σ w, #(A > 0)]``. ``q`` is a
-        fresh tensor; the temporaries live in :func:`~trinity_core.ops.fused.scratch_buffers`.
+        fresh tensor; the temporaries live in :func:`~trinity_core.ops.fast.scratch_buffers`.
     """
     dtype = torch.promote_types(logprob.dtype, torch.float32)
     flags = mask if mask.dtype == torch.bool else mask != 0
@@ -199,7 +202,7 @@ def finish(
     ``values`` ``(6,)``: the loss ``Σ_b c_b·row_loss_b`` and the selected means of ``stats``, in the order
     of :data:`METRIC_NAMES`. ``∂loss/∂logprob_bt = row_coef_b·q_bt``.
 
-    The trailing arguments are :func:`~trinity_core.ops.fused.aggregation_of`'s.
+    The trailing arguments are those of ``LossAggregation.aggregation()``.
     """
     weights = aggregate_row_weights(
         row_count,

@@ -1,22 +1,20 @@
-"""``sapo`` policy loss: :class:`SAPOPolicyLossFn` (seed ``trinity.algorithm.policy_loss_fn``)."""
+"""``sapo`` policy loss: :class:`SAPOPolicyLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn``)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops.fused import aggregation_of, as_float, loss_with_local_gradient
+from trinity_core.ops import LOG_RATIO_CLAMP
+from trinity_core.ops.fast import as_float
+from trinity_core.ops.fused import loss_with_local_gradient
 from trinity_plugin_sapo._kernel import METRIC_NAMES, SAPO_KERNEL, finish, sapo_eager_terms
 
 __all__ = ["LOG_RATIO_CLAMP", "SAPOArgs", "SAPOPolicyLossFn"]
-
-LOG_RATIO_CLAMP: Final[float] = 20.0
-"""``log r`` is clamped to ``[-20, 20]`` before ``exp`` (stale data must not overflow to inf/NaN)."""
-
 
 _ROW_ONES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
@@ -31,7 +29,7 @@ def _row_ones(like: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 class SAPOArgs(LossAggArgs):
-    """Arguments of :class:`SAPOPolicyLossFn` (defaults: the seed's and the paper's)."""
+    """Arguments of :class:`SAPOPolicyLossFn` (defaults: trinity-rft 0.6.0's and the paper's)."""
 
     tau_pos: float = Field(1.0, gt=0, description="Gate temperature τ for tokens with advantage > 0.")
     tau_neg: float = Field(
@@ -84,7 +82,7 @@ class SAPOPolicyLossFn(PolicyLossFn):
     tokens (first call per shape compiles; without a C++ compiler it runs eagerly with a warning). The
     two agree to float rounding. The metrics come back as views of one stacked tensor.
 
-    **Difference from the reference** (trinity-rft 0.6.0, defect 8.11): it uses ``−A · sg(f(r)) · log π``,
+    **Difference from the reference** (trinity-rft 0.6.0): it uses ``−A · sg(f(r)) · log π``,
     whose gradient weight is ``f(r) = 4σ(τ(r−1))/τ`` itself: monotone increasing in ``r`` (large ratios
     are never attenuated) and ``2/τ`` at ``r = 1`` (about twice the policy gradient on policy). Its loss
     value therefore differs too; the metrics ``avg_soft_gate``, ``avg_ratio``, ``ppo_kl`` and
@@ -119,7 +117,7 @@ class SAPOPolicyLossFn(PolicyLossFn):
         return torch.where(advantages > 0, pos, neg)
 
     def soft_gate_function(self, ratio: Tensor, advantages: Tensor) -> Tensor:
-        """The soft gate ``f(r) = σ(τ (r − 1)) · 4/τ`` per token (seed API)."""
+        """The soft gate ``f(r) = σ(τ (r − 1)) · 4/τ`` per token (trinity-rft API)."""
         tau = self.temperature(advantages, ratio)
         return torch.sigmoid(tau * (ratio - 1)) * (4.0 / tau)
 
@@ -140,13 +138,9 @@ class SAPOPolicyLossFn(PolicyLossFn):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Loss ``−agg(A · f(r))`` over the ``action_mask`` tokens, and metrics.
 
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
+        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        aggregation = aggregation_of(self)
+        aggregation = self.aggregation()
         if self.fused:
             dtype = torch.promote_types(logprob.dtype, torch.float32)
             # Detached inputs: no graph is recorded, and the same guards whether or not they required grad.
@@ -154,7 +148,7 @@ class SAPOPolicyLossFn(PolicyLossFn):
                 logprob.detach(),
                 old_logprob.detach(),
                 advantages.detach(),
-                # Compiled kernels read a float mask much faster than a bool one (see as_flags).
+                # Compiled kernels read a float mask faster than a bool one.
                 as_float(action_mask, dtype) if action_mask.dtype == torch.bool else action_mask.detach(),
                 _row_ones(logprob, dtype),
                 self.tau_pos,

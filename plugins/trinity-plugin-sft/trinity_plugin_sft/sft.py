@@ -1,4 +1,4 @@
-"""``sft`` policy loss: :class:`SFTLossFn` (seed ``trinity.algorithm.policy_loss_fn.SFTLossFn``)."""
+"""``sft`` policy loss: :class:`SFTLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn.SFTLossFn``)."""
 
 from __future__ import annotations
 

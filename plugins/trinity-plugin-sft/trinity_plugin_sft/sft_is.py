@@ -1,4 +1,4 @@
-"""``sft_is`` policy loss: :class:`SFTISLossFn` (seed ``trinity.algorithm.policy_loss_fn.SFTISLossFn``)."""
+"""``sft_is`` policy loss: :class:`SFTISLossFn` (trinity-rft's ``SFTISLossFn``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``sft_phi`` policy loss: :class:`SFTPhiLossFn` (seed ``trinity.algorithm.policy_loss_fn.SFTPhiLossFn``)."""
+"""``sft_phi`` policy loss: :class:`SFTPhiLossFn` (trinity-rft's ``SFTPhiLossFn``)."""
 
 from __future__ import annotations
 

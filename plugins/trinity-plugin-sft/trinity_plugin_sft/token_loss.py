@@ -38,7 +38,7 @@ class SFTTokenLoss(PolicyLossFn):
     loss_agg_mode: str
 
     def __init__(self, backend: str = "verl", **args: Any) -> None:
-        """``Cls(backend="verl", loss_agg_mode="token-mean", ...)``: the seed signature."""
+        """``Cls(backend="verl", loss_agg_mode="token-mean", ...)``: the trinity-rft signature."""
         super().__init__(backend=backend, **args)
 
     @abstractmethod

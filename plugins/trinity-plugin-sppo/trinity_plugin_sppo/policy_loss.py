@@ -1,4 +1,4 @@
-"""``sppo`` policy loss: :class:`sPPOPolicyLossFn` (seed ``trinity.algorithm.policy_loss_fn``)."""
+"""``sppo`` policy loss: :class:`sPPOPolicyLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn``)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean
-from trinity_plugin_sppo._masking import as_bool_mask, selected
+from trinity_core.ops import masked_mean, policy_inputs
 
 __all__ = ["SPPOArgs", "sPPOPolicyLossFn"]
 
 
 class SPPOArgs(LossAggArgs):
-    """Arguments of :class:`sPPOPolicyLossFn` (names and defaults: seed 003)."""
+    """Arguments of :class:`sPPOPolicyLossFn` (names and defaults: trinity-rft 0.6.0's)."""
 
     epsilon: float = Field(
         0.3,
@@ -27,7 +26,7 @@ class SPPOArgs(LossAggArgs):
     )
 
 
-class sPPOPolicyLossFn(PolicyLossFn):  # seed class name
+class sPPOPolicyLossFn(PolicyLossFn):  # trinity-rft's class name, lower-case s included
     """sPPO: L = agg(−A · (log π − log π_old) · 1[1/(1+ε) ≤ r ≤ 1+ε]), r = π/π_old (no gradient through r).
 
     The ``sppo`` loss of the reference (arXiv:2108.05828): a policy gradient on the log-ratio whose
@@ -39,7 +38,7 @@ class sPPOPolicyLossFn(PolicyLossFn):  # seed class name
         ∂L/∂log π = −A · in · w               (w the aggregation weight; 0 outside the band)
 
     The band test runs in log space, so no ratio is exponentiated at all: stale data cannot overflow
-    (the reference computed ``exp(δ)`` unclamped, defect 8.10; both tests agree up to rounding exactly at
+    (the reference computed ``exp(δ)`` unclamped; both tests agree up to rounding exactly at
     the band's edges).
 
     Metrics (detached 0-d tensors of this call): ``pg_loss``, ``pg_clipfrac`` (share of tokens outside
@@ -75,16 +74,11 @@ class sPPOPolicyLossFn(PolicyLossFn):  # seed class name
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Loss ``agg(−A · δ · in)`` over the ``action_mask`` tokens, and metrics.
 
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
+        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        mask = as_bool_mask(action_mask)
-        dtype = torch.promote_types(logprob.dtype, torch.float32)
-        delta = selected(logprob, mask, dtype) - selected(old_logprob, mask, dtype)
-        adv = selected(advantages, mask, dtype)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, dtype, adv = inputs.mask, inputs.dtype, inputs.advantages
+        delta = inputs.delta
         in_band = delta.detach().abs() <= self.log_band
         zero = torch.zeros((), dtype=dtype, device=delta.device)
         loss = self.aggregate(torch.where(in_band, -adv * delta, zero), mask)

@@ -1,25 +1,21 @@
-"""``topr`` policy loss: :class:`TOPRPolicyLossFn` (seed ``trinity.algorithm.policy_loss_fn``)."""
+"""``topr`` policy loss: :class:`TOPRPolicyLossFn` (trinity-rft's ``trinity.algorithm.policy_loss_fn``)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 import torch
 from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean
-from trinity_plugin_topr._masking import as_bool_mask, selected
+from trinity_core.ops import LOG_RATIO_CLAMP, masked_mean, policy_inputs
 
 __all__ = ["LOG_RATIO_CLAMP", "TOPRArgs", "TOPRPolicyLossFn"]
 
-LOG_RATIO_CLAMP: Final[float] = 20.0
-"""``log r`` is clamped to ``[-20, 20]`` before ``exp`` (stale data must not overflow to inf/NaN)."""
-
 
 class TOPRArgs(LossAggArgs):
-    """Arguments of :class:`TOPRPolicyLossFn` (names and defaults: seed 003)."""
+    """Arguments of :class:`TOPRPolicyLossFn` (names and defaults: trinity-rft 0.6.0's)."""
 
     advantage_threshold: float = Field(
         0.0,
@@ -46,7 +42,7 @@ class TOPRPolicyLossFn(PolicyLossFn):
     ``avg_ratio`` (masked mean of ``r``).
 
     Differences from the reference (trinity-rft 0.6.0): ``log r`` is clamped to ±20 before ``exp``
-    (defect 8.10; ``α`` and the loss are unchanged, since ``clip(r, 0, 1)`` only differs below ``e^−20``,
+    (``α`` and the loss are unchanged, since ``clip(r, 0, 1)`` only differs below ``e^−20``,
     but ``avg_ratio`` no longer overflows to inf); NaN/inf at masked positions reach neither loss nor
     gradient; metrics are tensors; aggregation honours the trainer's global normalizers
     (``loss_scale=``).
@@ -78,13 +74,10 @@ class TOPRPolicyLossFn(PolicyLossFn):
             action_mask: ``(B, T)``, True / non-zero on the tokens that count.
             advantages: ``(B, T)`` (or broadcastable) advantages or rewards.
         """
-        mask = as_bool_mask(action_mask)
-        dtype = torch.promote_types(logprob.dtype, torch.float32)
-        current = selected(logprob, mask, dtype)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, current, adv = inputs.mask, inputs.logprob, inputs.advantages
         with torch.no_grad():
-            delta = current - selected(old_logprob, mask, dtype)
-            ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-            adv = selected(advantages, mask, dtype)
+            ratio = inputs.ratio
             negative = adv <= self.advantage_threshold
             alpha = torch.where(negative, ratio.clamp(0.0, 1.0), torch.ones_like(ratio))
         loss = self.aggregate(-alpha * adv * current, mask)
