@@ -57,16 +57,27 @@ def _values(name: str, column: Column, count: int) -> Iterable[Any]:
 
 def _build(fields: dict[str, Column], count: int) -> list[Experience]:
     """Experiences holding exactly the decoded values; the constructor does not run, so nothing is
-    re-derived (``experience_type`` included)."""
+    re-derived (``experience_type`` included).
+
+    Values that every item shares are set from one dict; only the varying columns are zipped per item.
+    """
     eids = list(map(EID, *(_values(f"eid.{name}", fields[f"eid.{name}"], count) for name in _EID_NAMES)))
     names = experience_field_names()[1:]
+    shared = {
+        name: fields[name].value  # type: ignore[union-attr]
+        for name in names
+        if isinstance(fields[name], Same) and not (fields[name].value is None and name in _FRESH_DEFAULTS)  # type: ignore[union-attr]
+    }
+    varying = [name for name in names if name not in shared]
     out = []
     for eid, values in zip(
-        eids, zip(*(_values(name, fields[name], count) for name in names), strict=True), strict=True
+        eids, zip(*(_values(name, fields[name], count) for name in varying), strict=True), strict=True
     ):
         exp = Experience.__new__(Experience)
-        exp.eid = eid
-        exp.__dict__.update(zip(names, values, strict=True))
+        attributes = exp.__dict__
+        attributes["eid"] = eid
+        attributes.update(shared)
+        attributes.update(zip(varying, values, strict=True))
         out.append(exp)
     return out
 
