@@ -718,7 +718,7 @@ def test_a_field_is_measured_when_the_first_and_last_shapes_do_not_tell(
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_encoding_restores_the_garbage_collector_state(enabled: bool) -> None:
+def test_encoding_leaves_the_garbage_collector_alone(enabled: bool) -> None:
     bad = Experience(tokens=[1, 2], prompt_length=1)
     bad.reward = "high"  # type: ignore[assignment]
     was = gc.isenabled()

@@ -92,3 +92,11 @@ def test_copying_an_experience_stays_a_plain_attribute_copy() -> None:
     assert deep.logprobs.requires_grad  # not a round trip through the wire format
     assert deep.tokens is not exp.tokens
     assert torch.equal(deep.tokens, exp.tokens)
+
+
+def test_the_wire_format_uses_no_ctypes_and_never_pauses_the_garbage_collector() -> None:
+    """Both are process-wide hazards once explorer and trainer run in threads."""
+    for relative in OWNED:
+        text = (ROOT / relative).read_text()
+        assert "ctypes" not in text, relative
+        assert "gc.disable" not in text, relative
