@@ -26,6 +26,8 @@ from trinity_core.codec import (
     deserialize_many,
     serialize_many,
 )
+from trinity_core.codec.columns import decode_blob_column
+from trinity_core.codec.spec import Malformed
 from trinity_core.experience import EID, CustomField, Experience, experience_field_names
 
 MARKER = "TRINITY_CODEC_TEST_PWNED"
@@ -342,10 +344,8 @@ def test_varying_float_rewards_travel_bit_exact_in_the_blob() -> None:
     "tensor", [torch.zeros(2, dtype=torch.float64), torch.zeros(3, dtype=torch.float32), torch.zeros(3, 1)]
 )
 def test_reward_tensor_of_the_wrong_dtype_or_shape_is_rejected(tensor: torch.Tensor) -> None:
-    from trinity_core.codec import _decode_reward_tensor, _Malformed
-
-    with pytest.raises(_Malformed, match="must be float64 of shape"):
-        _decode_reward_tensor({"f64": "column.reward"}, 3, {"column.reward": tensor}, set())
+    with pytest.raises(Malformed, match="must be float64 of shape"):
+        decode_blob_column("reward", {"f64": "column.reward"}, 3, {"column.reward": tensor}, set())
 
 
 def test_numpy_reward_is_accepted_as_float() -> None:
@@ -659,10 +659,8 @@ def test_structural_checks_of_int_columns(change: Any, message: str) -> None:
     ],
 )
 def test_int_column_tensor_of_the_wrong_dtype_or_shape_is_rejected(tensor: torch.Tensor) -> None:
-    from trinity_core.codec import _decode_blob_column, _Malformed
-
-    with pytest.raises(_Malformed, match=r"'eid.run': blob tensor must be int64 of shape \(3,\)"):
-        _decode_blob_column("eid.run", {"i64": "column.eid.run"}, 3, {"column.eid.run": tensor}, set())
+    with pytest.raises(Malformed, match=r"'eid.run': blob tensor must be int64 of shape \(3,\)"):
+        decode_blob_column("eid.run", {"i64": "column.eid.run"}, 3, {"column.eid.run": tensor}, set())
 
 
 # ------------------------------------------------------------------------------------ encoder robustness
@@ -720,7 +718,7 @@ def test_a_field_is_measured_when_the_first_and_last_shapes_do_not_tell(
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_encoding_restores_the_garbage_collector_state(enabled: bool) -> None:
+def test_encoding_leaves_the_garbage_collector_alone(enabled: bool) -> None:
     bad = Experience(tokens=[1, 2], prompt_length=1)
     bad.reward = "high"  # type: ignore[assignment]
     was = gc.isenabled()

@@ -16,116 +16,29 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
+
+from trinity_core.eid import EID, escape_id_component
+from trinity_core.eid import SUFFIX_HEX_CHARS as SUFFIX_HEX_CHARS
 
 __all__ = [
     "EID",
     "CustomField",
     "Experience",
     "ExperienceType",
+    "WireFormat",
     "escape_id_component",
     "group_by",
+    "register_wire_format",
     "split_dpo_experience_to_single_turn",
 ]
 
 ExperienceType = Literal["single_turn", "multi_turn", "dpo"]
-
-#: Length of the random hex suffix of a fresh :class:`EID` (64 bits; the reference used 24).
-SUFFIX_HEX_CHARS = 16
-
-
-def _new_suffix() -> str:
-    # os.urandom: a fraction of uuid4's cost, and fork-safe (the kernel's generator, no user-space state).
-    return os.urandom(SUFFIX_HEX_CHARS // 2).hex()
-
-
-def escape_id_component(part: int | str) -> str:
-    """Render one id component so that the ``/`` separator stays unambiguous.
-
-    ``%`` becomes ``%25`` and ``/`` becomes ``%2F`` (percent-encoding, as in URLs); any other text,
-    including every integer, is unchanged, so ids of ordinary tasks read as in the reference.
-    """
-    text = str(part)
-    if "/" in text or "%" in text:
-        return text.replace("%", "%25").replace("/", "%2F")
-    return text
-
-
-@dataclass(slots=True)
-class EID:
-    """Experience ID: identifies one experience and the groups it belongs to.
-
-    ``batch`` is the explorer step and ``task`` the task's index within it (both set by the rollout
-    runner); ``run`` numbers the repeated rollouts of one task and ``step`` the turns inside one run (set
-    them in custom workflows); ``suffix`` is random and makes ``uid`` unique.
-
-    The derived ids join components with ``/``:
-
-    ====== ========================== =============================================
-    id     components                 experiences that share it
-    ====== ========================== =============================================
-    uid    batch/task/run/step/suffix one experience
-    sid    batch/task/step            all runs of a task at one step
-    rid    batch/task/run             all steps of one run of a task
-    tid    batch/task                 all runs and steps of one task (a GRPO group)
-    ====== ========================== =============================================
-
-    A component that contains ``/`` or ``%`` is percent-escaped (``/`` -> ``%2F``, ``%`` -> ``%25``), so
-    ``EID(batch=1, task="a/b")`` has ``tid == "1/a%2Fb"`` and can never collide with
-    ``EID(batch="1/a", task="b")``. Integers and the string of the same integer give the same id
-    (``task=3`` and ``task="3"`` are one task), which keeps ids stable across stores that keep ids as text.
-
-    Slotted: the five fields are stored in the object itself (grouping reads them from every experience
-    of a batch, one cache miss fewer each), so an EID takes no attributes beyond them.
-    """
-
-    batch: int | str = ""
-    task: int | str = ""
-    run: int = 0
-    step: int = 0
-    suffix: str = field(default_factory=_new_suffix)
-
-    @property
-    def uid(self) -> str:
-        """A unique identifier of the experience: ``batch/task/run/step/suffix``."""
-        return (
-            f"{escape_id_component(self.batch)}/{escape_id_component(self.task)}/{escape_id_component(self.run)}/"
-            f"{escape_id_component(self.step)}/{escape_id_component(self.suffix)}"
-        )
-
-    @property
-    def sid(self) -> str:
-        """Step id: ``batch/task/step``, shared by all runs of a task at the same step."""
-        return f"{self.tid}/{escape_id_component(self.step)}"
-
-    @property
-    def rid(self) -> str:
-        """Run id: ``batch/task/run``, shared by all steps of one run of a task."""
-        return f"{self.tid}/{escape_id_component(self.run)}"
-
-    @property
-    def tid(self) -> str:
-        """Task id: ``batch/task``, shared by every run of a task (the group of GRPO-like algorithms)."""
-        return f"{escape_id_component(self.batch)}/{escape_id_component(self.task)}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the five fields as a plain dict (``EID(**eid.to_dict()) == eid``)."""
-        return {
-            "batch": self.batch,
-            "task": self.task,
-            "run": self.run,
-            "step": self.step,
-            "suffix": self.suffix,
-        }
-
-    def __str__(self) -> str:
-        return self.uid
 
 
 @dataclass(frozen=True)
@@ -343,9 +256,7 @@ class Experience:
 
     def serialize(self) -> bytes:
         """Encode this experience in the pickle-free wire format (see :mod:`trinity_core.codec`)."""
-        from trinity_core.codec import serialize_many
-
-        return serialize_many([self])
+        return _wire_format().serialize_many([self])
 
     @classmethod
     def deserialize(cls, data: bytes, *, allow_pickle: bool = False) -> Experience:
@@ -354,26 +265,25 @@ class Experience:
         Raises :class:`~trinity_core.codec.ExperienceDecodeError` for anything else. ``allow_pickle``
         is unsafe; see :func:`trinity_core.codec.deserialize_many`.
         """
-        from trinity_core.codec import ExperienceDecodeError, deserialize_many
-
-        items = deserialize_many(data, allow_pickle=allow_pickle)
-        if len(items) != 1:
-            raise ExperienceDecodeError(f"expected a payload of exactly 1 experience, found {len(items)}")
-        return items[0]
+        return _wire_format().deserialize_one(data, allow_pickle=allow_pickle)
 
     @classmethod
     def serialize_many(cls, experiences: Sequence[Experience]) -> bytes:
         """Encode a list of experiences in one compact, pickle-free payload."""
-        from trinity_core.codec import serialize_many
-
-        return serialize_many(experiences)
+        return _wire_format().serialize_many(experiences)
 
     @classmethod
     def deserialize_many(cls, data: bytes, *, allow_pickle: bool = False) -> list[Experience]:
         """Decode a payload written by :meth:`serialize_many` (or, opt-in and unsafe, a legacy pickle)."""
-        from trinity_core.codec import deserialize_many
+        return _wire_format().deserialize_many(data, allow_pickle=allow_pickle)
 
-        return deserialize_many(data, allow_pickle=allow_pickle)
+    def __copy__(self) -> Experience:
+        # Defined so that copying stays a plain attribute copy: the codec registers pickling of
+        # experiences with copyreg, which the copy module would otherwise use too.
+        return self._restore(dict(self.__dict__))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Experience:
+        return self._restore(copy.deepcopy(self.__dict__, memo))
 
     def __repr__(self) -> str:
         length = None if self.tokens is None else len(self.tokens)
@@ -381,6 +291,32 @@ class Experience:
             f"Experience(eid={self.eid.uid!r}, type={self.experience_type}, tokens={length}, "
             f"prompt_length={self.prompt_length}, reward={self.reward})"
         )
+
+
+class WireFormat(NamedTuple):
+    """The encoder and decoders behind :meth:`Experience.serialize` and friends.
+
+    Registered by :mod:`trinity_core.codec` when it is imported (importing :mod:`trinity_core` does), so
+    that this module needs no import of the codec.
+    """
+
+    serialize_many: Callable[[Sequence[Experience]], bytes]
+    deserialize_many: Callable[..., list[Experience]]
+    deserialize_one: Callable[..., Experience]
+
+
+_WIRE_FORMAT: list[WireFormat] = []
+
+
+def register_wire_format(wire_format: WireFormat) -> None:
+    """Make ``wire_format`` the one :class:`Experience`'s (de)serialization methods use."""
+    _WIRE_FORMAT[:] = [wire_format]
+
+
+def _wire_format() -> WireFormat:
+    if not _WIRE_FORMAT:
+        raise RuntimeError("no wire format is registered; import trinity_core.codec first")
+    return _WIRE_FORMAT[0]
 
 
 _GROUP_KEYS = {"task": "tid", "run": "rid", "step": "sid"}
