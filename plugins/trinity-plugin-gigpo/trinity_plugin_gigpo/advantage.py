@@ -67,7 +67,7 @@ class GiGPOAdvantageFn(GroupAdvantage):
     experiences with the same ``str(info[env_state_hash_key])``; ``advantages = A · action_mask``,
     ``returns = advantages``.
 
-    Differences from the reference (trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
+    Differences from the reference (trinity-rft 0.6.0; reasons in docs/reference-differences.md):
 
     * **anchor groups are scoped per task**: equal state hashes of different tasks (different prompts or
       environments) are different states; the reference buckets over the whole batch;

@@ -104,7 +104,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
       ``r'_i = r_i · (1 − p · k_i / n_g)``, ``k_i`` the rank of the experience's *masked* mean log-prob
       (``action_mask`` tokens only) in its group, 0 = least likely, ties broken by batch order. The
       corrected reward is used in the numerator too (the reference subtracts the corrected mean from the
-      raw reward; see docs/refdiff/advplugins.md). Without a penalty ``r' = r``.
+      raw reward; see docs/reference-differences.md). Without a penalty ``r' = r``.
     * ``std_threshold = t``: drop every experience of a group with ``σ_g ≤ t`` (and every singleton);
       the count is reported as ``filtered_count``.
     * ``duplicate_experiences`` (POLARIS, https://hkunlp.github.io/blog/2025/Polaris; only with
@@ -112,7 +112,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
       survivors, each copy next to its source, in the same task group, with a fresh suffix
       ``"{suffix}-dup{c}"`` (exact policy: :mod:`trinity_plugin_grpo.duplicate`).
 
-    Policies (differences from trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
+    Policies (differences from trinity-rft 0.6.0; reasons in docs/reference-differences.md):
 
     * **singleton groups** get advantage exactly 0 (the reference uses the raw reward ``r/(1+ε)``) and
       are excluded from every statistic, ``σ_batch`` and the ``reward_mean``/``reward_std`` metrics; with

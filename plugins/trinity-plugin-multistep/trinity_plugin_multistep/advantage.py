@@ -98,7 +98,7 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
     (``/ L_k`` with ``enable_step_norm``, ``L_k`` the number of experiences of the run in the batch);
     ``returns = advantages``. Exact formulas: :mod:`trinity_plugin_multistep.kernel`.
 
-    Policies (differences from trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
+    Policies (differences from trinity-rft 0.6.0; reasons in docs/reference-differences.md):
 
     * the **last step** is the experience with the largest ``eid.step`` (the reference takes the last one in
       insertion order, wrong when a run's steps arrive out of order); only its reward is read, earlier

@@ -8,7 +8,7 @@ For experience ``i`` of a group of ``n`` members with reward ``r_i`` and masked 
 * ``r'_i = r_i · (1 − p · k_i / n)`` with ``p = rank_penalty``;
 * ``A_i = (r'_i − μ'_g) / (σ'_g + ε)``, ``μ'``/``σ'`` the mean and unbiased std of ``r'`` in the
   group (the corrected reward is in the numerator; trinity-rft 0.6.0's GRPO ``rank_penalty`` uses the
-  raw reward there, see docs/refdiff/advplugins.md);
+  raw reward there, see docs/reference-differences.md);
 * ``A_i = 0`` for singletons and when ``σ'_g ≤ 1e-12 · max |r'|`` (equal corrected rewards).
 """
 

@@ -65,7 +65,7 @@ class RECGroupedAdvantage(GroupAdvantage):
     4. ``A_i = r_i − μ_g``, or ``(r_i − μ_g) / (σ_g + ε)`` with ``std_normalize``; broadcast over the
        response and multiplied by ``action_mask``; ``returns = advantages``.
 
-    Policies (differences from trinity-rft 0.6.0; reasons in docs/refdiff/advplugins.md):
+    Policies (differences from trinity-rft 0.6.0; reasons in docs/reference-differences.md):
 
     * **dropped experiences** are removed from the output by default (``keep_dropped=False``), so they no
       longer dilute token-mean denominators with zero-advantage tokens; ``keep_dropped=True`` keeps them
