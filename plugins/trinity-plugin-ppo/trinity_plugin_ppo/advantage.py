@@ -42,11 +42,11 @@ class PPOAdvantageFn(TrainerAdvantage):
     it there, else ``batch.token_level_scores()``; ``batch.column("values")`` ``(N, R)``; the mask is
     ``batch.action_mask`` (else ``response_mask``). No host synchronisation; metrics are empty.
 
-    Differences from the reference (trinity-rft 0.6.0; see docs/reference-differences.md): its recursion ignores
-    the mask (padding values feed the last real token's TD error, observation tokens are discounted and their
-    values used) and its whitened advantages are not re-masked; it also raises on a batch with fewer than two
-    selected tokens, where this whitening returns 0. On right-padded rows with zero rewards and values in the
-    padding both agree.
+    Differences from trinity-rft 0.6.0 (docs/reference-differences.md, "gae-masks"): its recursion
+    ignores the mask (padding values feed the last real token's TD error, observation tokens are
+    discounted and their values used) and its whitened advantages are not re-masked; it also raises on a
+    batch with fewer than two selected tokens, where this whitening returns 0. On right-padded rows with
+    zero rewards and values in the padding both agree.
     """
 
     Args: ClassVar[type[ComponentArgs]] = GAEArgs
