@@ -22,7 +22,7 @@ DPO_KL_LOSS: Final[str] = "k2"
 
 
 def pair_rows(preset: Any, config: Any) -> None:
-    """Rule: ``repeat_times`` must be 2, one chosen and one rejected row per sample (``ValueError``).
+    """Two rows per sample (``repeat_times`` 2), one chosen and one rejected row per sample (``ValueError``).
 
     trinity-rft 0.6.0 silently overwrites another value; here it is an error.
     """
@@ -35,7 +35,7 @@ def pair_rows(preset: Any, config: Any) -> None:
 
 
 def kl_loss_present(preset: Any, config: Any) -> None:
-    """Rule: no KL loss (``none`` or unset) is replaced by ``k2`` with a warning, as trinity-rft does."""
+    """No KL loss (``none`` or unset) is replaced by ``k2`` with a warning, as trinity-rft does."""
     kl_loss = lookup(config, "algorithm.kl_loss_fn")
     if not is_missing(kl_loss) and kl_loss in (None, "none"):
         logger.warning("algorithm 'dpo' needs a KL loss; setting algorithm.kl_loss_fn to %r", DPO_KL_LOSS)

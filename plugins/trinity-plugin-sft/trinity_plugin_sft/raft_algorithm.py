@@ -12,7 +12,7 @@ __all__ = ["RAFTAlgorithm", "pipeline_side_advantage"]
 
 
 def pipeline_side_advantage(preset: Any, config: Any) -> None:
-    """Rule: an advantage function, if named, must run in the experience pipeline when the pipeline runs.
+    """An advantage function, if named, must run in the experience pipeline when the pipeline runs.
 
     Raises:
         ValueError: ``algorithm.advantage_fn`` names a trainer-side function (``compute_in_trainer()``

@@ -12,7 +12,7 @@ __all__ = ["SFTAlgorithm", "checkpoint_sync", "offline_training"]
 
 
 def offline_training(preset: Any, config: Any) -> None:
-    """Rule: ``mode: train`` on the stored experiences named in ``data.experiences``.
+    """Train only (``mode: train``), on the stored experiences named in ``data.experiences``.
 
     See :func:`trinity_plugin_sft.config_checks.require_offline_training`.
     """
@@ -20,7 +20,7 @@ def offline_training(preset: Any, config: Any) -> None:
 
 
 def checkpoint_sync(preset: Any, config: Any) -> None:
-    """Rule: synchronise by checkpoint where the configuration has a synchronizer.
+    """Synchronise by checkpoint where the configuration has a synchronizer.
 
     See :func:`trinity_plugin_sft.config_checks.enforce_checkpoint_sync`.
     """
