@@ -139,6 +139,38 @@ def test_plugins_show_prints_the_args_table(
     assert "one of 'a', 'b'" in mode
 
 
+def test_plugins_show_prints_a_presets_flags_defaults_and_rules(
+    site: PluginSite, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trinity_core import registry
+    from trinity_core.components import AlgorithmPreset
+    from trinity_core.components.preset_rules import advantage_placement
+
+    class ShownPreset(AlgorithmPreset):
+        """A preset to show."""
+
+        use_reference = False
+        defaults = {"repeat_times": 4, "advantage_fn": "grpo", "advantage_fn_args": {"epsilon": 1e-6}}  # noqa: RUF012
+        config_rules = (advantage_placement,)
+
+    registry.register("algorithm", f"{site.tag}_preset", ShownPreset)
+    assert main(["plugins", "show", f"{site.tag}_preset"]) == 0
+    out = capsys.readouterr().out
+    assert "(no arguments)" not in out
+    lines = [line.strip() for line in out.splitlines()]
+    flags = lines[lines.index("flags:") + 1 : lines.index("defaults:")]
+    assert flags == [
+        "use_critic = False",
+        "use_reference = False",
+        "compute_advantage_in_trainer = False",
+        "can_balance_batch = True",
+        "schema = 'experience'",
+    ]
+    defaults = lines[lines.index("defaults:") + 1 : lines.index("config rules:")]
+    assert defaults == ["repeat_times = 4", "advantage_fn = 'grpo'", "advantage_fn_args = {'epsilon': 1e-06}"]
+    assert lines[lines.index("config rules:") + 1].startswith("advantage_placement: The advantage function")
+
+
 def test_plugins_show_unknown_name(installed: PluginSite, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins", "show", "tt_los", "--kind", "policy_loss"]) == 1
     assert "Did you mean 'tt_loss'?" in capsys.readouterr().err

@@ -191,3 +191,12 @@ def test_register_components_hook_must_yield_registrations() -> None:
     pm.register(_plugin(trinity_register_components=lambda: [("kl_fn", "x", HookKL)]), name="sloppy")
     with pytest.raises(HookCallError, match=r"plugin 'sloppy'.*Registration"):
         list(pm.component_registrations())
+
+
+def test_registry_never_imports_hooks() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, trinity_core.registry; print('trinity_core.hooks' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

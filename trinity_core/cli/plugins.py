@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import typing
@@ -171,8 +172,30 @@ def args_table(model: type[BaseModel]) -> list[dict[str, str]]:
     return rows
 
 
+def _preset_lines(obj: Any) -> list[str]:
+    """Flags, default components and configuration rules of an algorithm preset (else no lines)."""
+    from trinity_core.components import AlgorithmType
+    from trinity_core.components.algorithm import ALGORITHM_FLAGS
+
+    if not (isinstance(obj, type) and issubclass(obj, AlgorithmType)):
+        return []
+    lines = ["  flags:"]
+    lines += [f"    {flag} = {getattr(obj, flag)!r}" for flag in ALGORITHM_FLAGS]
+    config = obj.default_config()
+    lines.append("  defaults:" if config else "  defaults: (none)")
+    lines += [f"    {key} = {value!r}" for key, value in config.items()]
+    rules = getattr(obj, "config_rules", ())
+    if rules:
+        lines.append("  config rules:")
+        for rule in rules:
+            doc = (inspect.getdoc(rule) or "").strip().splitlines()
+            lines.append(f"    {getattr(rule, '__name__', repr(rule))}" + (f": {doc[0]}" if doc else ""))
+    return lines
+
+
 def cmd_show(ns: argparse.Namespace) -> int:
-    """Print each component named ``ns.name`` (in every kind, or ``ns.kind``) with its arguments."""
+    """Print each component named ``ns.name`` (in every kind, or ``ns.kind``) with its arguments; for an
+    algorithm preset its flags, default components and configuration rules."""
     registry = get_registry()
     specs = [get_kind(ns.kind)] if ns.kind else kinds()
     found = 0
@@ -191,7 +214,10 @@ def cmd_show(ns: argparse.Namespace) -> int:
         if record.paper:
             print(f"  paper: {record.paper}")
         model = getattr(record.obj, "Args", None)
-        if isinstance(model, type) and issubclass(model, BaseModel) and model.model_fields:
+        preset = _preset_lines(record.obj)
+        if preset:
+            print("\n".join(preset))
+        elif isinstance(model, type) and issubclass(model, BaseModel) and model.model_fields:
             rows = [tuple(row.values()) for row in args_table(model)]
             print(_table(rows, ("ARG", "TYPE", "DEFAULT", "CONSTRAINT", "DESCRIPTION")))
         else:

@@ -3,7 +3,8 @@
 =============  ================================  ==========================================
 kind           entry-point namespace             base class(es)
 =============  ================================  ==========================================
-algorithm      ``trinity_core.algorithms``       :class:`AlgorithmType`
+algorithm      ``trinity_core.algorithms``       :class:`AlgorithmType` (write presets with
+                                                 :class:`AlgorithmPreset`)
 advantage_fn   ``trinity_core.advantage_fns``    :class:`AdvantageFn`, :class:`GroupAdvantage`,
                                                  :class:`TrainerAdvantage`
 add_strategy   ``trinity_core.add_strategies``   :class:`AddStrategy`, :class:`GroupAdvantageStrategy`
@@ -26,7 +27,13 @@ from trinity_core.components.advantage import (
     grouped_order,
     write_advantages,
 )
-from trinity_core.components.algorithm import ALGORITHM_CONFIG_KEYS, AlgorithmType, ConstantMeta
+from trinity_core.components.algorithm import (
+    ALGORITHM_CONFIG_KEYS,
+    AlgorithmPreset,
+    AlgorithmType,
+    ConfigRule,
+    ConstantMeta,
+)
 from trinity_core.components.base import (
     Component,
     ComponentArgs,
@@ -57,9 +64,11 @@ __all__ = [
     "AdaptiveKLController",
     "AddStrategy",
     "AdvantageFn",
+    "AlgorithmPreset",
     "AlgorithmType",
     "Component",
     "ComponentArgs",
+    "ConfigRule",
     "ConstantMeta",
     "EntropyLossFn",
     "FixedKLController",

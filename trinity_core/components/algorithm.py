@@ -1,19 +1,32 @@
-"""Algorithm types: a named preset of flags and default components (seed ``trinity.algorithm.algorithm``).
+"""Algorithm types: a named preset of flags and default components (trinity-rft's ``AlgorithmType``).
 
 An algorithm type tells the trainer what to run (critic? reference model? advantages in the trainer or
 in the experience pipeline?) and which components to use unless the user names others. It has no
 arguments of its own and is never instantiated: everything is a class constant or a classmethod.
+
+:class:`AlgorithmType` is the contract (the API trinity-rft 0.6.0 defines); :class:`AlgorithmPreset` is
+the way to write one: flags, default components and configuration rules as class attributes.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from abc import ABC, ABCMeta, abstractmethod
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar, Final
 
 from trinity_core.components.base import _first_line
 
-__all__ = ["ALGORITHM_CONFIG_KEYS", "ALGORITHM_FLAGS", "AlgorithmType", "ConstantMeta"]
+__all__ = [
+    "ALGORITHM_CONFIG_KEYS",
+    "ALGORITHM_FLAGS",
+    "AlgorithmPreset",
+    "AlgorithmType",
+    "ConfigRule",
+    "ConstantMeta",
+]
 
 ALGORITHM_FLAGS: Final[dict[str, type]] = {
     "use_critic": bool,
@@ -44,26 +57,36 @@ ALGORITHM_CONFIG_KEYS: Final[frozenset[str]] = frozenset(
 )
 """Keys an algorithm's ``default_config()`` may contain."""
 
+ConfigRule = Callable[[Any, Any], None]
+"""A configuration rule of a preset: ``rule(preset_class, config)`` raises ``ValueError`` naming the
+config key and the fix, may adjust the config where its docstring says so, and returns ``None``.
+See :mod:`trinity_core.components.preset_rules` for the shared ones."""
+
 
 class ConstantMeta(ABCMeta):
     """Metaclass making public class attributes write-once.
 
-    Assigning (or deleting) a public attribute that the class itself already defines raises
-    ``AttributeError``: ``GRPOAlgorithm.use_critic = True`` would silently change every run in the
-    process. Private names (``_name``, set by the registry) stay assignable.
+    Assigning (or deleting) a public attribute that the class or one of its algorithm-type bases
+    defines raises ``AttributeError``: ``GRPOAlgorithm.use_critic = True`` would silently change every
+    run in the process, whether the flag is written in the class or inherited from
+    :class:`AlgorithmPreset`. Private names (``_name``, set by the registry) stay assignable.
 
     For every concrete class it also checks, at definition time, that the flags in
     :data:`ALGORITHM_FLAGS` are defined with the right types and that ``default_config()`` only uses
-    keys from :data:`ALGORITHM_CONFIG_KEYS`.
+    keys from :data:`ALGORITHM_CONFIG_KEYS`. A base class meant only to be subclassed sets
+    ``_template = True`` in its own body to skip the check.
     """
 
     def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(name, bases, namespace, **kwargs)
-        if bases and not inspect.isabstract(cls):
+        if bases and not inspect.isabstract(cls) and namespace.get("_template") is not True:
             _check_algorithm_class(cls)
 
+    def _defines(cls, name: str) -> bool:
+        return any(name in k.__dict__ for k in cls.__mro__ if isinstance(k, ConstantMeta))
+
     def __setattr__(cls, name: str, value: Any) -> None:
-        if not name.startswith("_") and name in cls.__dict__:
+        if not name.startswith("_") and cls._defines(name):
             raise AttributeError(
                 f"{cls.__qualname__}.{name} is a constant of the algorithm type and cannot be reassigned; "
                 f"define a subclass with the value you need instead"
@@ -156,3 +179,62 @@ class AlgorithmType(ABC, metaclass=ConstantMeta):
     def summary(cls) -> str:
         """The first line of the class's own docstring ("" when it has none)."""
         return _first_line(cls.__doc__)
+
+
+class AlgorithmPreset(AlgorithmType):
+    """An algorithm type written as declarations: flags, default components, configuration rules.
+
+    A preset states what differs from the common case and nothing else::
+
+        class GRPOAlgorithm(AlgorithmPreset):
+            \"\"\"GRPO: group-relative advantages in the experience pipeline, PPO-clip loss.\"\"\"
+
+            paper = "https://arxiv.org/abs/2402.03300"
+            defaults = {"repeat_times": 2, "advantage_fn": "grpo", "policy_loss_fn": "ppo"}
+            config_rules = (advantage_placement,)
+
+    Flags not written in the class keep the values below, the most common ones (a critic-free
+    algorithm with a reference model, advantages computed in the experience pipeline on whole task
+    groups, batch balancing allowed, ``"experience"`` schema). Every flag, inherited or not, is a
+    write-once constant (see :class:`ConstantMeta`).
+
+    Attributes:
+        defaults: the default configuration, keys from :data:`ALGORITHM_CONFIG_KEYS`;
+            :meth:`default_config` returns a deep copy, so callers may change what they get.
+        config_rules: rules :meth:`check_config` applies in order (:data:`ConfigRule`); shared ones live
+            in :mod:`trinity_core.components.preset_rules`.
+    """
+
+    _template = True
+
+    use_critic = False
+    use_reference = True
+    compute_advantage_in_trainer = False
+    can_balance_batch = True
+    schema = "experience"
+
+    defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    config_rules: ClassVar[tuple[ConfigRule, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "defaults" in cls.__dict__:
+            # Read-only at the top level: a plugin mutating the class attribute would change every run.
+            type.__setattr__(cls, "defaults", MappingProxyType(dict(cls.__dict__["defaults"])))
+        bad = [rule for rule in cls.config_rules if not callable(rule)]
+        if not isinstance(cls.config_rules, tuple) or bad:
+            raise TypeError(
+                f"{cls.__qualname__}.config_rules must be a tuple of callables rule(preset, config), "
+                f"got {cls.config_rules!r}"
+            )
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        """A deep copy of :attr:`defaults`."""
+        return copy.deepcopy(dict(cls.defaults))
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        """Apply every rule of :attr:`config_rules`, in order; the first problem raises ``ValueError``."""
+        for rule in cls.config_rules:
+            rule(cls, config)

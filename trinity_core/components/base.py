@@ -4,12 +4,12 @@ A *component* is one class that implements one contract (an advantage function, 
 Its arguments are declared once, as a pydantic model named ``Args`` beside the class; everything else
 derives from it:
 
-* :meth:`Component.default_args` (the seeds' ``default_args()``) is ``Args().model_dump()``;
+* :meth:`Component.default_args` (trinity-rft's ``default_args()``) is ``Args().model_dump()``;
 * :meth:`Component.validate_args` merges user arguments per key over those defaults, rejects unknown keys
   and checks types and constraints;
 * :meth:`Component.from_args` builds an instance from validated arguments plus runtime objects.
 
-Classes written against the seeds, with a hand-written ``default_args()`` and no ``Args``, still work:
+Classes written in trinity-rft's style, with a hand-written ``default_args()`` and no ``Args``, still work:
 an ``Args`` model is synthesised from their defaults, so unknown keys are rejected for them too (values
 are not type-checked, since a default alone does not say which types are acceptable).
 """
@@ -98,7 +98,7 @@ class Component:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "default_args" in cls.__dict__ and "Args" not in cls.__dict__:
-            # A seed-style class: hand-written defaults. Derive Args from them (keys only).
+            # A trinity-rft-style class: hand-written defaults. Derive Args from them (keys only).
             defaults = cls.default_args()
             if not isinstance(defaults, Mapping):
                 raise TypeError(f"{cls.__qualname__}.default_args() must return a dict, got {defaults!r}")

@@ -3,8 +3,10 @@
 One entry-point namespace per kind (``trinity_core.policy_losses``, ...; see :func:`kinds`); the
 entry-point name is the name users write in config. :func:`resolve` imports only the plugin that
 provides the name; :func:`list_components` loads each plugin in isolation and reports failures instead
-of raising (unless ``TRINITY_STRICT_PLUGINS=1``). The module-level functions use one process-wide
-:class:`Registry` that also collects ``trinity_register_components`` hook registrations.
+of raising (unless ``TRINITY_STRICT_PLUGINS=1``). Entry points are listed and imported through
+stevedore; ``importlib.metadata`` only names the distribution and version behind each. The module-level
+functions use one process-wide :class:`Registry` that also collects ``trinity_register_components``
+hook registrations from the pluggy manager in :mod:`trinity_core.registry.hook_plugins`.
 
 Example::
 
@@ -37,6 +39,7 @@ from trinity_core.registry.errors import (
     PluginLoadError,
     UnknownComponentError,
 )
+from trinity_core.registry.hook_plugins import get_plugin_manager
 from trinity_core.registry.kinds import HOOKS_NAMESPACE, KindSpec, get_kind, kinds, register_kind
 from trinity_core.registry.records import (
     ComponentRecord,
@@ -85,8 +88,6 @@ __all__ = [
 
 
 def _hook_registrations() -> Iterable[tuple[Registration, EntryPointInfo]]:
-    from trinity_core.hooks import get_plugin_manager  # lazy: hooks import this package
-
     return get_plugin_manager().component_registrations()
 
 

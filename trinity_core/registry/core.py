@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import importlib.metadata as md
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +25,7 @@ from trinity_core.registry.errors import (
     UnknownComponentError,
 )
 from trinity_core.registry.kinds import KindSpec, get_kind, kind_bases, kinds
+from trinity_core.registry.loading import Loaded, load_all, load_one
 from trinity_core.registry.records import (
     ComponentRecord,
     Conflict,
@@ -155,22 +155,34 @@ class Registry:
     # -- loading ---------------------------------------------------------------------------------
 
     def _load(self, spec: KindSpec, ep: EntryPointInfo) -> ComponentRecord:
+        """The record of ``ep``, importing only its module (stevedore's ``DriverManager``)."""
         with self._lock:
             cached = self._loaded.get(ep)
-            if cached is not None:
-                return cached
-            try:
-                obj = md.EntryPoint(ep.name, ep.value, ep.group).load()
-                problem = self._type_problem(spec, obj)
-                if problem is not None:
-                    raise TypeError(problem)
-            except Exception as exc:  # isolate every plugin: one broken import must not hide the others
-                record = ComponentRecord(spec.kind, ep.name, None, ep, _failure(spec.kind, ep, exc))
-            else:
+            if cached is None:
+                cached = self._loaded[ep] = self._record(spec, ep, load_one(ep))
+            return cached
+
+    def _load_kind(self, spec: KindSpec) -> list[ComponentRecord]:
+        """Records of every entry point of ``spec``; those not yet loaded are imported by one
+        stevedore ``ExtensionManager``, each in isolation."""
+        eps = self._entry_points(spec)
+        with self._lock:
+            todo = [ep for ep in eps if ep not in self._loaded]
+            if todo:
+                loaded = load_all(spec.namespace, todo)
+                for ep in todo:
+                    self._loaded[ep] = self._record(spec, ep, loaded[(ep.name, ep.value)])
+            return [self._loaded[ep] for ep in eps]
+
+    def _record(self, spec: KindSpec, ep: EntryPointInfo, loaded: Loaded) -> ComponentRecord:
+        obj, error = loaded
+        if error is None:
+            problem = self._type_problem(spec, obj)
+            if problem is None:
                 _set_name(obj, ep.name)
-                record = ComponentRecord(spec.kind, ep.name, obj, ep)
-            self._loaded[ep] = record
-            return record
+                return ComponentRecord(spec.kind, ep.name, obj, ep)
+            error = TypeError(problem)
+        return ComponentRecord(spec.kind, ep.name, None, ep, _failure(spec.kind, ep, error))
 
     @staticmethod
     def _type_problem(spec: KindSpec, obj: Any) -> str | None:
@@ -259,7 +271,7 @@ class Registry:
         specs = [get_kind(kind)] if kind else kinds()
         records: list[ComponentRecord] = []
         for spec in specs:
-            records.extend(self._load(spec, ep) for ep in self._entry_points(spec))
+            records.extend(self._load_kind(spec))
             for (k, _), local in sorted(self._in_process.items()):
                 if k == spec.kind:
                     records.extend(rec for rec, _ in local)

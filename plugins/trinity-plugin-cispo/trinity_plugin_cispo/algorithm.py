@@ -1,42 +1,34 @@
-"""``cispo`` algorithm preset: :class:`CISPOAlgorithm` (seed ``trinity.algorithm.algorithm``)."""
+"""``cispo`` algorithm preset: :class:`CISPOAlgorithm`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from trinity_core.components import AlgorithmType
+from trinity_core.components import AlgorithmPreset
 
 __all__ = ["CISPOAlgorithm"]
 
 
-class CISPOAlgorithm(AlgorithmType):
+class CISPOAlgorithm(AlgorithmPreset):
     """CISPO: GRPO advantages with a clipped importance-sampling weight that keeps every token's gradient.
 
-    Clipped IS-weight Policy Optimization (MiniMax-M1, arXiv:2506.13585). Advantages are group-relative
-    (``grpo``, computed in the experience pipeline, hence ``compute_advantage_in_trainer = False``); the
-    policy loss is ``cispo`` (:class:`~trinity_plugin_cispo.policy_loss.CISPOPolicyLossFn`); a reference
-    model provides the ``k2`` KL loss; no KL penalty on rewards; the default entropy term.
+    Clipped IS-weight Policy Optimization (MiniMax-M1, arXiv:2506.13585). The common preset flags: no
+    critic, a reference model for the ``k2`` KL loss, group-relative ``grpo`` advantages computed in the
+    experience pipeline, batch balancing allowed, ``experience`` schema. Defaults: 2 responses per task,
+    the ``cispo`` loss (:class:`~trinity_plugin_cispo.policy_loss.CISPOPolicyLossFn`), no KL penalty on
+    rewards, the default entropy term.
 
     Needs trinity-plugin-grpo (``grpo``), trinity-plugin-kl (``none``, ``k2``) and trinity-plugin-entropy
     (``default``), which this distribution declares as dependencies.
     """
 
-    paper: ClassVar[str | None] = "https://arxiv.org/abs/2506.13585"
-    use_critic = False
-    use_reference = True
-    compute_advantage_in_trainer = False
-    can_balance_batch = True
-    schema = "experience"
-
-    @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        """``repeat_times`` 2, advantage ``grpo``, loss ``cispo``, KL penalty ``none``, KL loss ``k2``,
-        entropy ``default``."""
-        return {
-            "repeat_times": 2,
-            "advantage_fn": "grpo",
-            "policy_loss_fn": "cispo",
-            "kl_penalty_fn": "none",
-            "kl_loss_fn": "k2",
-            "entropy_loss_fn": "default",
-        }
+    paper = "https://arxiv.org/abs/2506.13585"
+    defaults: ClassVar[Mapping[str, Any]] = {
+        "repeat_times": 2,
+        "advantage_fn": "grpo",
+        "policy_loss_fn": "cispo",
+        "kl_penalty_fn": "none",
+        "kl_loss_fn": "k2",
+        "entropy_loss_fn": "default",
+    }

@@ -1,38 +1,22 @@
-"""``mix_chord`` algorithm preset: :class:`MIXCHORDAlgorithm` (seed ``MIXCHORDAlgorithm``)."""
+"""``mix_chord`` algorithm preset: :class:`MIXCHORDAlgorithm`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from trinity_core.components import AlgorithmType
+from trinity_plugin_mix.mix_algorithm import MIXAlgorithm
 
 __all__ = ["MIXCHORDAlgorithm"]
 
 
-class MIXCHORDAlgorithm(AlgorithmType):
+class MIXCHORDAlgorithm(MIXAlgorithm):
     """CHORD: MIX with a scheduled SFT weight μ and a φ-weighted SFT term (``mix_chord`` loss).
 
     As :class:`~trinity_plugin_mix.mix_algorithm.MIXAlgorithm` with the ``mix_chord`` loss: GRPO
-    advantages in the pipeline, KL penalty ``none``, KL loss ``k2`` (explicit), entropy ``mix``,
-    ``repeat_times`` 8. The trainer must feed ``expert_mask`` and ``step`` per row.
+    advantages in the pipeline, no KL penalty, KL loss ``k2`` (explicit), entropy ``mix``, 8 responses
+    per task. The trainer must feed ``expert_mask`` and ``step`` per row.
     """
 
-    paper: ClassVar[str | None] = "https://arxiv.org/abs/2508.11408"
-    use_critic = False
-    use_reference = True
-    compute_advantage_in_trainer = False
-    can_balance_batch = True
-    schema = "experience"
-
-    @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        """``repeat_times`` 8, advantage ``grpo``, loss ``mix_chord``, KL penalty ``none``, KL loss ``k2``,
-        entropy ``mix``."""
-        return {
-            "repeat_times": 8,
-            "advantage_fn": "grpo",
-            "policy_loss_fn": "mix_chord",
-            "kl_penalty_fn": "none",
-            "kl_loss_fn": "k2",
-            "entropy_loss_fn": "mix",
-        }
+    paper = "https://arxiv.org/abs/2508.11408"
+    defaults: ClassVar[Mapping[str, Any]] = {**MIXAlgorithm.defaults, "policy_loss_fn": "mix_chord"}

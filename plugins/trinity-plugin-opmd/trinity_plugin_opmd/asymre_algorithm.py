@@ -1,38 +1,31 @@
-"""``asymre`` algorithm preset: :class:`AsymREAlgorithm` (seed 002)."""
+"""``asymre`` algorithm preset: :class:`AsymREAlgorithm`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from trinity_core.components import AlgorithmType
+from trinity_core.components import AlgorithmPreset
 
 __all__ = ["AsymREAlgorithm"]
 
 
-class AsymREAlgorithm(AlgorithmType):
+class AsymREAlgorithm(AlgorithmPreset):
     """AsymRE: shifted group-mean baselines from the experience pipeline with the OPMD policy loss.
 
-    Flags as seed 002: no critic, no reference model, advantages in the experience pipeline
-    (``asymre`` groups experiences), batch balancing allowed, schema ``experience``. Components:
-    advantage ``asymre`` and loss ``opmd`` (this distribution), KL penalty and KL loss ``none``
-    (trinity-plugin-kl), entropy ``none`` (trinity-plugin-entropy); ``repeat_times`` 2.
+    Flags: no critic, **no reference model**, advantages in the experience pipeline (``asymre`` groups
+    experiences), batch balancing allowed, schema ``experience``. Defaults: 2 responses per task,
+    advantage ``asymre`` and loss ``opmd`` (this distribution), no KL penalty, no KL loss
+    (trinity-plugin-kl), no entropy term (trinity-plugin-entropy).
     """
 
-    paper: ClassVar[str | None] = "https://arxiv.org/abs/2506.20520"
-    use_critic = False
+    paper = "https://arxiv.org/abs/2506.20520"
     use_reference = False
-    compute_advantage_in_trainer = False
-    can_balance_batch = True
-    schema = "experience"
-
-    @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        """``repeat_times`` 2, advantage ``asymre``, loss ``opmd``, no KL penalty, no KL loss, no entropy."""
-        return {
-            "repeat_times": 2,
-            "advantage_fn": "asymre",
-            "policy_loss_fn": "opmd",
-            "kl_penalty_fn": "none",
-            "kl_loss_fn": "none",
-            "entropy_loss_fn": "none",
-        }
+    defaults: ClassVar[Mapping[str, Any]] = {
+        "repeat_times": 2,
+        "advantage_fn": "asymre",
+        "policy_loss_fn": "opmd",
+        "kl_penalty_fn": "none",
+        "kl_loss_fn": "none",
+        "entropy_loss_fn": "none",
+    }
