@@ -50,7 +50,7 @@ def make_exp(task: int | str, run: int, reward: float, response: int = 3, batch:
 
 
 class SeedStyleGRPO(GroupAdvantage):
-    """GRPO written purely against the seed per-group API: A_i = (r_i - mean) / (std_u + eps)."""
+    """GRPO written purely against trinity-rft's per-group API: A_i = (r_i - mean) / (std_u + eps)."""
 
     class Args(ComponentArgs):
         epsilon: float = Field(1e-6, gt=0, description="Added to the std.")
@@ -122,7 +122,8 @@ class PPOLike(PolicyLossFn):
 
 
 class WideClipPPO(PPOLike):
-    """Inherits __call__; only changes a default (reference defect 7.3.10)."""
+    """Inherits __call__; only changes a default (the reference requires ``__call__`` in every subclass
+    body: reference-differences.md#policy-loss-inputs)."""
 
     class Args(PPOLike.Args):
         clip_range: float = Field(0.5, gt=0, description="Clip epsilon.")
@@ -152,7 +153,7 @@ class SimpleEntropy(EntropyLossFn):
 
 
 class GroupWriter(GroupAdvantageStrategy):
-    """Add strategy version of the seed GRPO."""
+    """Add strategy version of :class:`SeedStyleGRPO` (trinity-rft's per-group API)."""
 
     def calculate_group_advantage(self, group_id, exps):
         return SeedStyleGRPO().calculate_group_advantage(group_id, exps)

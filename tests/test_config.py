@@ -168,7 +168,8 @@ def test_preset_fills_unset_names_repeat_times_and_args() -> None:
     resolved = resolve({})
     alg = resolved.algorithm
     assert alg.algorithm_type == "grpo"
-    assert alg.repeat_times == 8  # the preset's value applies (reference defect 14)
+    # the preset's value applies; the reference keeps 1 (reference-differences.md#preset-defaults-apply)
+    assert alg.repeat_times == 8
     assert (alg.advantage_fn, alg.policy_loss_fn, alg.kl_loss_fn) == ("grpo", "ppo", "k2")
     assert (alg.kl_penalty_fn, alg.entropy_loss_fn, alg.add_strategy) == ("none", "default", None)
     assert alg.policy_loss_fn_args == {

@@ -1,4 +1,4 @@
-"""EID, Experience, group_by and split_dpo_experience_to_single_turn (seed 004 semantics)."""
+"""EID, Experience, group_by and split_dpo_experience_to_single_turn (trinity-rft's Experience semantics)."""
 
 from __future__ import annotations
 

@@ -616,7 +616,8 @@ def test_matches_reference_where_reference_is_right(seed: int) -> None:
         torch.testing.assert_close(
             aggregate_loss(v, m, mode), ref.aggregate_loss(v, m, mode), rtol=1e-7, atol=0
         )
-    # the reference's sum-norm is total / normalizer, not divided by the number of sequences (defect 15)
+    # the reference's sum-norm is total / normalizer, not divided by the number of sequences
+    # (reference-differences.md#loss-aggregation)
     expected = ref.aggregate_loss(v, m, "seq-mean-token-sum-norm", normalizer=MAX_TOKENS) / v.shape[0]
     ours = aggregate_loss(v, m, "seq-mean-token-sum-norm", max_tokens=MAX_TOKENS)
     torch.testing.assert_close(ours, expected, rtol=1e-7, atol=0)

@@ -4,8 +4,8 @@ An :class:`Experience` is one sampled trajectory (or one DPO pair) with everythi
 token ids, the prompt length, rollout log-probs, rewards, masks and free-form metadata. The :class:`EID`
 identifies it and defines the groups that group-relative algorithms (GRPO and friends) compute over.
 
-The class names, constructor keywords, defaults and semantics follow the seed API
-(``trinity.common.experience``), with the reference implementation's known defects fixed:
+The class names, constructor keywords, defaults and semantics follow trinity-rft's
+``trinity.common.experience``, with the reference implementation's known defects fixed:
 
 * ids stay unambiguous when a component contains ``/`` (components are escaped, see :class:`EID`);
 * ``experience_type`` survives serialization and dataset round trips;

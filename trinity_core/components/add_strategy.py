@@ -1,9 +1,9 @@
-"""Add strategies (seed ``trinity.algorithm.add_strategy``): group, compute, filter, write to the buffer.
+"""Add strategies (the add-strategy module of earlier Trinity-RFT releases): group, compute, filter, write.
 
 An add strategy receives the experiences of one explore step and decides what reaches the buffer. It
-runs once per step outside the loss hot path, so collecting per-group metrics in Python (as the seed's
-``gather_metrics`` did) is fine here; metrics are still returned as 0-d tensors, materialised by the
-caller once per step.
+runs once per step outside the loss hot path, so collecting per-group metrics in Python (as the earlier
+strategies' ``gather_metrics`` did) is fine here; metrics are still returned as 0-d tensors, materialised
+by the caller once per step.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class GroupAdvantageStrategy(GroupComputation, AddStrategy):
     Implement ``calculate_group_advantage(group_id, exps)`` (and optionally ``group_experiences`` or
     ``process_batch``, as for :class:`~trinity_core.components.advantage.GroupAdvantage`). ``add``
     writes all kept experiences with **one** ``writer.write`` call, grouped, groups in first-appearance
-    order (the seed wrote one group per call, in no guaranteed order).
+    order (the earlier strategies wrote one group per call, in no guaranteed order; see
+    docs/reference-differences.md, ``add-strategies``).
     """
 
     async def add(self, experiences: list[Experience], step: int) -> tuple[int, Metrics]:

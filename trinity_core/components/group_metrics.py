@@ -2,7 +2,7 @@
 
 Group advantages report the mean and std of each group's rewards summarised (``mean``, ``max``, ``min``)
 over the groups that have statistics, e.g. ``group_advantages/reward_mean/max``. The vectorized path
-has those statistics as ``(G,)`` tensors; the per-group path (the seed API, one
+has those statistics as ``(G,)`` tensors; the per-group path (trinity-rft's per-group API, one
 ``calculate_group_advantage`` call per group) collects one metric dict per group, which
 :func:`run_per_group` and :func:`metric_column` turn into the same ``(G,)`` tensors, so both paths report
 through the same code.

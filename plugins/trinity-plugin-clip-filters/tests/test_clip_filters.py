@@ -47,7 +47,7 @@ def test_clipb_golden() -> None:
     keep = torch.ones(4, 3, dtype=torch.bool)
     keep[1, 2] = False
     assert torch.equal(batch.extras[POLICY_LOSS_MASK], keep)
-    assert torch.equal(batch.action_mask, mask_before)  # defect 18: the batch masks are untouched
+    assert torch.equal(batch.action_mask, mask_before)  # untouched, unlike the reference (missing-columns)
     assert float(metrics["frac_clipped"]) == pytest.approx(1 / 12)
     assert float(metrics["frac_clipped_neg"]) == pytest.approx(1 / 6)
     assert float(metrics["frac_clipped_pos"]) == 0.0

@@ -54,7 +54,7 @@ class ClipBAdvantageFn(TrainerAdvantage):
     Result (see :mod:`trinity_plugin_clip_filters.filtering`): advantages ``A_i`` on kept tokens and 0
     on clipped ones; ``returns = A_i`` unfiltered; the policy-loss mask ``mask ∧ ¬clipped`` in
     ``batch.extras["policy_loss_mask"]``; the batch's masks are not modified (the reference rewrote
-    ``response_mask``, defect 18).
+    ``response_mask``; docs/reference-differences.md, ``missing-columns``).
 
     Log-probs: ``old_logprobs`` when the trainer provides them (the pass that computes ``entropys``),
     else the rollout ``logprobs`` (what the reference reads). Requires the ``entropys`` column: a

@@ -73,8 +73,9 @@ class ClipVAdvantageFn(TrainerAdvantage):
 
     Result as :class:`~trinity_plugin_clip_filters.clipb.ClipBAdvantageFn`: clipped tokens get
     advantage 0, ``batch.extras["policy_loss_mask"] = mask ∧ ¬clipped``, the batch masks are untouched
-    (defect 18). Needs ``entropys`` and ``necs`` (produced nowhere in the reference): a ``KeyError``
-    says so. Metrics: ``frac_clipped``, ``frac_clipped_pos`` (0), ``frac_clipped_neg``, ``stdD``.
+    (docs/reference-differences.md, ``missing-columns``). Needs ``entropys`` and ``necs`` (produced
+    nowhere in the reference): a ``KeyError`` says so. Metrics: ``frac_clipped``, ``frac_clipped_pos``
+    (0), ``frac_clipped_neg``, ``stdD``.
     """
 
     Args: ClassVar[type[ComponentArgs]] = ClipVArgs

@@ -1,8 +1,9 @@
 """What the Clip_B / Clip_V filters share: inputs, the entropy signal, the result and its metrics.
 
-**Masks (reference defect 18).** The reference multiplies ``response_mask`` by the keep mask, which
-silently removes the clipped tokens from every later loss term (KL loss, entropy bonus) as well. Here the
-batch's ``action_mask`` / ``response_mask`` are left untouched; a filter
+**Masks (docs/reference-differences.md, ``missing-columns``).** The reference multiplies
+``response_mask`` by the keep mask, which silently removes the clipped tokens from every later loss term
+(KL loss, entropy bonus) as well. Here the batch's ``action_mask`` / ``response_mask`` are left
+untouched; a filter
 
 * sets the advantage of every clipped token to 0 (so no policy-gradient loss learns from it, whatever
   mask it aggregates over), and

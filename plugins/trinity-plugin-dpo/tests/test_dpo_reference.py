@@ -1,5 +1,5 @@
 """Agreement with the reference DPO loss on one pair per call, and the documented difference with several
-pairs per micro-batch (defect 12)."""
+pairs per micro-batch (reference-differences.md#dpo-pairs)."""
 
 from __future__ import annotations
 

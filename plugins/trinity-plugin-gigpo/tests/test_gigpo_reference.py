@@ -1,5 +1,6 @@
 """Comparison with trinity-rft 0.6.0 ``GiGPOAdvantageFn``: agreement where it is right (state hashes unique
-to a task, every task with two or more runs), and the documented differences (section 8 items 2 and 8)."""
+to a task, every task with two or more runs), and the documented differences
+(docs/reference-differences.md: singleton-groups, gigpo-anchor-scope)."""
 
 from __future__ import annotations
 

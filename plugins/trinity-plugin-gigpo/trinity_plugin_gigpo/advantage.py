@@ -105,7 +105,7 @@ class GiGPOAdvantageFn(GroupAdvantage):
         value = (exp.info or {}).get(self.env_state_hash_key)
         return None if value is None else str(value)
 
-    # ------------------------------------------------------------------ per group (seed API)
+    # ------------------------------------------------------------------ per group (trinity-rft API)
 
     def calculate_group_advantage(
         self, group_id: str, exps: list[Experience], precomputed_std: Tensor | None = None

@@ -33,7 +33,8 @@ def test_default_args_match_the_seed() -> None:
 
 
 def test_seed_example_three_tasks_of_five_runs() -> None:
-    # Seed test: 3 tasks x 5 runs with reward = run index -> every group has mean 2, std_u([0..4]).
+    # The earlier releases' test: 3 tasks x 5 runs with reward = run index -> every group has mean 2,
+    # std_u([0..4]).
     writer = RecordingWriter()
     strategy = GRPOAddStrategy.from_args({"epsilon": 1e-6}, writer=writer)
     exps = interleave(make_group_exps([[0, 1, 2, 3, 4]] * 3), [i * 5 % 15 + i // 3 for i in range(15)])

@@ -105,7 +105,7 @@ def test_batch_std_level(path: str) -> None:
 @BOTH_PATHS
 def test_rank_penalty_uses_corrected_reward_everywhere(path: str) -> None:
     # Rewards 0..3 with mean log-probs 0.1·i -> ranks 0..3, n = 4, p = 0.2:
-    # r' = r · (1 − 0.2·k/4) = [0, 0.95, 1.80, 2.55] (the seed's correct_bias example).
+    # r' = r · (1 − 0.2·k/4) = [0, 0.95, 1.80, 2.55] (the correct_bias example of earlier releases).
     exps = make_group_exps([[0, 1, 2, 3]], logprob_means=[[0.0, 0.1, 0.2, 0.3]])
     out, metrics = run(path, GRPOGroupedAdvantage(rank_penalty=0.2), exps)
     corrected = torch.tensor([0.0, 0.95, 1.80, 2.55], dtype=torch.float64)

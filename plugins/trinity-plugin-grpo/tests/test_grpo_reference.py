@@ -1,5 +1,5 @@
 """Comparison with the published reference (trinity-rft 0.6.0 ``GRPOGroupedAdvantage``): agreement where
-the reference is right, and the documented differences where it is not (reference section 8)."""
+the reference is right, and the documented differences where it is not (docs/reference-differences.md)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_agrees_with_the_reference_on_informative_groups(
 
 def test_rank_penalty_numerator_differs_from_the_reference() -> None:
     # Same statistics of the corrected rewards r' in both; the reference subtracts them from the raw
-    # reward r (defect 8.1), we from r'. Full action masks, so its unmasked mean log-prob is ours too.
+    # reward r (rank-penalty), we from r'. Full action masks, so its unmasked mean log-prob is ours too.
     groups, lps = [[0.0, 1.0, 2.0, 3.0]], [[0.0, 0.1, 0.2, 0.3]]
     ours, metrics = GRPOGroupedAdvantage(rank_penalty=0.2)(make_group_exps(groups, lps))
     theirs, _ = reference_cls()(rank_penalty=0.2)(make_group_exps(groups, lps))
@@ -91,7 +91,7 @@ def test_singletons_get_zero_where_the_reference_uses_the_raw_reward(level: str)
 
 def test_zero_variance_group_is_exactly_zero() -> None:
     # Equal rewards must give exactly 0. The reference's float32 mean of n copies of v is not always v,
-    # and a deviation of one ulp divided by (std + 1e-6) is far from 0 (defect 8.3).
+    # and a deviation of one ulp divided by (std + 1e-6) is far from 0 (zero-variance-groups).
     candidates = [[v] * n for v in (0.1, 0.7, 1 / 3, 0.3, 2.2) for n in (3, 5, 6, 7, 9, 11)]
     worst_reference = 0.0
     for group in candidates:

@@ -1,6 +1,6 @@
 """grpo_verl (trainer-side GRPO): hand-derived values, policies, no host sync, and agreement with the
-reference trinity-rft 0.6.0 ``GRPOAdvantageFn`` where it is right (section 2.2) and the documented
-differences where it is not (section 8)."""
+reference trinity-rft 0.6.0 ``GRPOAdvantageFn`` where it is right and the documented
+differences where it is not (docs/reference-differences.md: singleton-groups, zero-variance-groups)."""
 
 from __future__ import annotations
 
@@ -155,4 +155,5 @@ def test_zero_variance_group_is_exactly_zero_unlike_the_reference() -> None:
         ours, _ = GRPOVerlAdvantage()(batch)
         assert torch.equal(ours.advantages, torch.zeros_like(ours.advantages))
         worst_reference = max(worst_reference, float(run_reference(batch).abs().max()))
-    assert worst_reference > 1e-3  # the float32 mean defect (8.3) shows on at least one group
+    # the reference's float32 mean (zero-variance-groups) shows on at least one group
+    assert worst_reference > 1e-3

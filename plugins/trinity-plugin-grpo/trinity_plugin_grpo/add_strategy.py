@@ -1,4 +1,4 @@
-"""``grpo`` add strategy: :class:`GRPOAddStrategy` (seed ``trinity.algorithm.add_strategy``)."""
+"""``grpo`` add strategy: :class:`GRPOAddStrategy` (API of earlier Trinity-RFT releases)."""
 
 from __future__ import annotations
 

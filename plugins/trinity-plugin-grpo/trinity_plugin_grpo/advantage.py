@@ -1,4 +1,4 @@
-"""``grpo`` advantage function: :class:`GRPOGroupedAdvantage` (seed ``trinity.algorithm.advantage_fn``)."""
+"""``grpo`` advantage function: :class:`GRPOGroupedAdvantage` (trinity-rft's ``grpo``)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
     * NaN, infinite or missing rewards are rejected with a ``ValueError`` naming the experience.
 
     Two equivalent paths: :meth:`process_batch` (vectorized over an
-    :class:`~trinity_core.batch.ExperienceBatch`, used by :meth:`process`) and the seed per-group API
+    :class:`~trinity_core.batch.ExperienceBatch`, used by :meth:`process`) and trinity-rft's per-group API
     :meth:`calculate_group_advantage` (used by :meth:`process_per_group`). Metrics:
     :mod:`trinity_plugin_grpo.metrics`.
     """
@@ -138,7 +138,7 @@ class GRPOGroupedAdvantage(GroupAdvantage):
     rank_penalty: float | None
     std_cal_level: Literal["group", "batch"]
 
-    # ------------------------------------------------------------------ per group (seed API)
+    # ------------------------------------------------------------------ per group (trinity-rft API)
 
     def group_rewards(self, exps: list[Experience]) -> Tensor:
         """The rewards ``r'`` of one group (rank-corrected when ``rank_penalty`` is set), float64."""

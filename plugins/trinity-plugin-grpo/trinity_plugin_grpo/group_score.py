@@ -5,7 +5,7 @@
 
 * :meth:`~GroupScoreAdvantage.process_batch` runs the kernel once over the whole
   :class:`~trinity_core.batch.ExperienceBatch`;
-* :meth:`~GroupScoreAdvantage.calculate_group_advantage` (the seed per-group API) runs the same kernel
+* :meth:`~GroupScoreAdvantage.calculate_group_advantage` (trinity-rft's per-group API) runs the same kernel
   on one group, so the conformance kit's comparison checks the batch indexing against single groups.
 
 Batch-level quantities (GPG's ``α``) come from :meth:`~GroupScoreAdvantage.batch_context`, computed
@@ -86,7 +86,7 @@ class GroupScoreAdvantage(GroupAdvantage):
     def _rewards(self, exps: Sequence[Experience]) -> Tensor:
         return finite_rewards(exps, self._where())
 
-    # ------------------------------------------------------------------ per group (seed API)
+    # ------------------------------------------------------------------ per group (trinity-rft API)
 
     def score_group(
         self, exps: list[Experience], context: Mapping[str, Tensor] | None = None

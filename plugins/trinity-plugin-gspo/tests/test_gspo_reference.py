@@ -43,7 +43,7 @@ def test_loss_gradient_and_metrics_agree_with_the_reference(
 
 
 def test_defaults_construct_where_the_reference_raises() -> None:
-    # Reference __init__ defaults are None and raise; its default_args() says 3e-4 / 4e-4 (drift, 7.3.8).
+    # Reference __init__ defaults are None and raise; its default_args() says 3e-4 / 4e-4 (args-one-source).
     with pytest.raises(ValueError, match="clip_range"):
         reference_class()()
     ref_defaults = reference_class().default_args()
@@ -77,7 +77,8 @@ def test_reference_overflows_where_the_clamp_keeps_the_loss_finite() -> None:
 
 
 def test_empty_rows_are_skipped_where_the_reference_counts_them_as_zero() -> None:
-    # ppo_kl_seq and the seq-mean-token-mean denominator count only rows with a selected token (defect 15).
+    # ppo_kl_seq and the seq-mean-token-mean denominator count only rows with a selected token
+    # (the reference counts empty rows too: loss-aggregation).
     x = loss_inputs(2, b=4, empty_rows=True)
     args = {"clip_range": 0.2}
     ours = grad_of(GSPOLossFn(**args), x)

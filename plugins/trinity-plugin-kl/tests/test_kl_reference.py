@@ -3,7 +3,7 @@
 Where this plugin deliberately differs, the difference itself is tested:
 
 * ``corrected_k3``: same values; the reference back-propagates through the importance ratio, here it
-  is detached (defect 8.17), so the gradients differ by exactly ``k3 · ∂w/∂logp``.
+  is detached (reference-differences.md#kl-terms), so the gradients differ by exactly ``k3 · ∂w/∂logp``.
 * ``k3``/``low_var_kl`` use ``expm1(u) − u`` instead of ``exp(u) − 1 − u`` (no cancellation), so values
   agree to rounding, not bit for bit.
 * penalty metrics: ``kl_coef`` is the coefficient after the update (the reference reports the one before),

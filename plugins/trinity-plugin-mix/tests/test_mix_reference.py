@@ -1,5 +1,6 @@
 """Agreement with the reference MIX and CHORD losses (loss and gradient without loss_scale), and the
-documented differences: metrics not multiplied by the sample weights, empty subsets (defect 13)."""
+documented differences: metrics not multiplied by the sample weights, empty subsets
+(reference-differences.md#mix-metrics)."""
 
 from __future__ import annotations
 

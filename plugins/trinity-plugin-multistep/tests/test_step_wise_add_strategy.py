@@ -1,4 +1,5 @@
-"""The ``step_wise_grpo`` add strategy (seed 000): one buffer write per explore step, the seed helpers."""
+"""The ``step_wise_grpo`` add strategy (API of earlier Trinity-RFT releases): one buffer write per explore
+step, the per-run helpers of those releases."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def test_default_args_are_the_seed_args() -> None:
 
 
 def test_seed_example_two_tasks_three_runs_four_steps() -> None:
-    # Seed test: 2 tasks x 3 runs x 4 steps, reward = run index -> count 24, reward_mean/mean 1.0;
-    # here written with one call (the seed made one call per run).
+    # The earlier releases' test: 2 tasks x 3 runs x 4 steps, reward = run index -> count 24,
+    # reward_mean/mean 1.0; here written with one call (those releases made one call per run).
     writer = RecordingWriter()
     strategy = StepWiseGRPOStrategy.from_args({"enable_step_norm": True}, writer=writer)
     exps = make_runs([[(k, 4) for k in range(3)]] * 2)

@@ -1,5 +1,6 @@
 """Comparison with trinity-rft 0.6.0 ``StepWiseGRPOAdvantageFn``: agreement where it is right (steps in
-order, every task with two or more runs), and the documented differences (section 8 items 2 and 7)."""
+order, every task with two or more runs), and the documented differences
+(docs/reference-differences.md: singleton-groups, step-wise-last-step)."""
 
 from __future__ import annotations
 

@@ -120,7 +120,7 @@ class StepWiseGRPOAdvantageFn(GroupAdvantage):
     std_cal_level: Literal["group", "batch"]
     std_threshold: float | None
 
-    # ------------------------------------------------------------------ per group (seed API)
+    # ------------------------------------------------------------------ per group (trinity-rft API)
 
     def run_scores(
         self, last: dict[str, Experience], precomputed_std: Tensor | None = None

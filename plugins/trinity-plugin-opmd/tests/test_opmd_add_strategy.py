@@ -48,7 +48,8 @@ def test_one_grouped_write_and_the_baseline_metric(baseline: str) -> None:
     b = 1.5 if baseline == "mean" else math.log(sum(math.exp(i) for i in range(4)) / 4)
     expected = torch.tensor([e.reward - b for e in written], dtype=torch.float64)
     torch.testing.assert_close(scores(written), expected, rtol=1e-6, atol=1e-6)
-    # The seed's strategy lost this metric (a tensor dropped by its pandas gathering); here it is reported.
+    # The earlier releases' strategy lost this metric (a tensor dropped by its pandas gathering); here it
+    # is reported.
     assert float(metrics["group_advantages/group_baseline/mean"]) == pytest.approx(b)
     assert isinstance(metrics["group_advantages/group_baseline/mean"], torch.Tensor)
     assert float(metrics["group_advantages/reward_mean/mean"]) == pytest.approx(1.5)

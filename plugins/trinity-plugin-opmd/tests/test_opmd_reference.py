@@ -41,7 +41,7 @@ def test_opmd_agrees_with_the_reference(data: tuple, baseline: str, tau: float) 
     )
     theirs, their_metrics = ref(interleave(make_group_exps(rewards), order))
     assert [e.eid.uid for e in ours] == [e.eid.uid for e in theirs]
-    # Their float32 statistics: a zero-variance group can be an ulp off 0 (section 8.3).
+    # Their float32 statistics: a zero-variance group can be an ulp off 0 (zero-variance-groups).
     torch.testing.assert_close(scores(ours), scores(theirs), rtol=1e-5, atol=1e-5)
     for key, value in their_metrics.items():
         assert float(our_metrics[key]) == pytest.approx(value, rel=1e-5, abs=1e-5), key

@@ -53,14 +53,15 @@ def run_add(strategy: Any, exps: list[Experience]) -> tuple[int, dict[str, Any]]
 
 
 def numpy_informative(groups: Sequence[Sequence[float]], threshold: float) -> list[bool]:
-    """The seed's selection: size >= 2 and np.var (population) > threshold."""
+    """The earlier Trinity-RFT strategies' selection: size >= 2 and np.var (population) > threshold."""
     return [len(g) >= 2 and float(np.var(np.asarray(g, dtype=np.float64))) > threshold for g in groups]
 
 
 def numpy_correct_bias(
     rewards: Sequence[float], lps: Sequence[float], penalty: float, eps: float
 ) -> np.ndarray:
-    """The seed's CorrectBiasAddStrategy formula for one group of n >= 2 (doc section 3.5)."""
+    """CorrectBiasAddStrategy's formula of earlier Trinity-RFT releases for one group of n >= 2, with the
+    corrected reward in the numerator (reference-differences.md#rank-penalty)."""
     r = np.asarray(rewards, dtype=np.float64)
     rank = np.argsort(np.argsort(np.asarray(lps)))
     corrected = r * (1 - penalty * rank / len(r))

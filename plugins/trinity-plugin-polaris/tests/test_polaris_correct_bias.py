@@ -1,4 +1,5 @@
-"""correct_bias: the seed's formula by hand (corrected reward in the numerator) and documented policies."""
+"""correct_bias: the formula of earlier Trinity-RFT releases by hand (corrected reward in the numerator)
+and documented policies."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_matches_the_seed_formula(data: tuple, penalty: float) -> None:
     for rewards, lp in zip(groups, lps, strict=True):
         got = scores(written[offset : offset + len(rewards)])
         corrected = np.asarray(rewards) * (1 - penalty * np.argsort(np.argsort(lp)) / len(rewards))
-        if np.ptp(corrected) == 0:  # equal corrected rewards: exactly 0 here, noise / eps in the seed
+        if np.ptp(corrected) == 0:  # equal corrected rewards: exactly 0 here, noise / eps in earlier releases
             assert float(got.abs().max()) == 0.0
         else:
             want = torch.from_numpy(numpy_correct_bias(rewards, lp, penalty, 1e-6))
@@ -74,7 +75,7 @@ def test_singletons_get_zero_and_both_paths_agree() -> None:
 
 def test_masked_mean_logprob_and_stable_ties() -> None:
     exps = make_exps([[1.0, 1.0, 1.0]], [[0.0, 0.0, 0.0]])
-    # a masked-out token with a high log-prob must not change the rank (the seed averaged all tokens)
+    # a masked-out token with a high log-prob must not change the rank (earlier releases averaged all tokens)
     exps[0].logprobs = torch.tensor([-1.0, -1.0, 50.0])
     exps[0].action_mask = torch.tensor([True, True, False])
     strategy = CorrectBiasAddStrategy(RecordingWriter(), rank_penalty=0.3)

@@ -1,4 +1,5 @@
-"""reward_variance and duplicate_informative: selection by the seed formula, exact refill, fresh EIDs."""
+"""reward_variance and duplicate_informative: selection by the formula of earlier Trinity-RFT releases,
+exact refill, fresh EIDs."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def test_reward_variance_selects_like_the_seed(groups: list[list[int]], threshol
 
 
 def test_equal_rewards_are_zero_variance_unlike_numpy() -> None:
-    # np.var([0.1] * 3) == 1.9e-34 > 0, so the seed kept this group; the float64 pivoted variance is 0.
+    # np.var([0.1] * 3) == 1.9e-34 > 0, so earlier releases kept this group; the float64 pivoted
+    # variance is 0.
     assert numpy_informative([[0.1, 0.1, 0.1]], 0.0) == [True]
     count, _ = run_add(RewardVarianceAddStrategy(RecordingWriter()), make_exps([[0.1, 0.1, 0.1]]))
     assert count == 0

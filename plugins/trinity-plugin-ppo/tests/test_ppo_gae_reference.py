@@ -1,6 +1,6 @@
 """Comparison with the reference ``trinity.algorithm.advantage_fn.ppo_advantage.PPOAdvantageFn``: equal on
-right-padded rows with zero rewards and values in the padding; the documented differences (defect 8.16)
-are pinned down."""
+right-padded rows with zero rewards and values in the padding; the documented differences
+(reference-differences.md#gae-masks) are pinned down."""
 
 from __future__ import annotations
 

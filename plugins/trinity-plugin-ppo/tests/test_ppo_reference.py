@@ -64,7 +64,8 @@ def test_loss_gradient_and_metrics_agree_with_the_reference(
 
 
 def test_reference_bare_ppo_asserts_where_ours_uses_the_documented_default() -> None:
-    # Reference defect 8.14 / 7.3.8: default_args() says clip_range 0.2 but __init__ defaults to None.
+    # The reference's default_args() drifts from __init__ (args-one-source): default_args() says
+    # clip_range 0.2 but __init__ defaults to None.
     module = import_reference("trinity.algorithm.policy_loss_fn.ppo_policy_loss")
     assert module.PPOPolicyLossFn.default_args()["clip_range"] == 0.2
     with pytest.raises(AssertionError):

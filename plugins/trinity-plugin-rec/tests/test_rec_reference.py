@@ -1,5 +1,6 @@
 """Comparison with trinity-rft 0.6.0 (``RECGroupedAdvantage``, ``RECPolicyLossFn``): agreement where the
-reference is right, and the documented differences (reference section 8, items 2, 9 and 10)."""
+reference is right, and the documented differences (docs/reference-differences.md: singleton-groups,
+rec-balance-drop, rec-weights, clamped-ratios)."""
 
 from __future__ import annotations
 

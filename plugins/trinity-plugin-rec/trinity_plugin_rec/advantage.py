@@ -76,8 +76,8 @@ class RECGroupedAdvantage(GroupAdvantage):
       dropped, every deviation is exactly 0).
     * NaN, infinite or missing rewards are rejected with a ``ValueError`` naming the experience.
 
-    Two equivalent paths: :meth:`process_batch` (vectorized, used by :meth:`process`) and the per-group
-    seed API :meth:`calculate_group_advantage`. Metrics: :mod:`trinity_plugin_rec.metrics`.
+    Two equivalent paths: :meth:`process_batch` (vectorized, used by :meth:`process`) and trinity-rft's
+    per-group API :meth:`calculate_group_advantage`. Metrics: :mod:`trinity_plugin_rec.metrics`.
     """
 
     Args: ClassVar[type[ComponentArgs]] = RECAdvantageArgs
@@ -90,7 +90,7 @@ class RECGroupedAdvantage(GroupAdvantage):
     drop_seed: int
     keep_dropped: bool
 
-    # ------------------------------------------------------------------ per group (seed API)
+    # ------------------------------------------------------------------ per group (trinity-rft API)
 
     def calculate_group_advantage(
         self, group_id: str, exps: list[Experience], precomputed_std: Tensor | None = None
@@ -98,7 +98,7 @@ class RECGroupedAdvantage(GroupAdvantage):
         """Advantages of one task group; returns the kept experiences (input order) and the group's
         ``reward_mean``, ``reward_std``, ``drop_balance``, ``group_size`` and ``filtered_count``.
 
-        ``precomputed_std`` is accepted for the seed signature and ignored (REC has no batch std).
+        ``precomputed_std`` is accepted for trinity-rft's signature and ignored (REC has no batch std).
         """
         where = f"{type(self).name()} advantage (group {group_id})"
         n = len(exps)

@@ -79,8 +79,9 @@ class RECPolicyLossFn(PolicyLossFn):
     reference model is the separate ``kl_loss_fn``. ``forward-kl`` is ``−c·logp`` on the sampled tokens,
     the sample estimate of ``c·KL(π_old ‖ π)`` up to a constant.
 
-    Differences from the reference (section 8 items 9 and 10): the log-ratio is clamped to ±20 before
-    ``exp`` (and the ``advantage`` weight's exponent at 20), so stale data cannot overflow;
+    Differences from the reference (docs/reference-differences.md, ``clamped-ratios``, ``rec-weights``):
+    the log-ratio is clamped to ±20 before ``exp`` (and the ``advantage`` weight's exponent at 20), so
+    stale data cannot overflow;
     ``gspo_importance_sampling`` works with every clip mode (the reference raises ``NameError`` unless
     ``clip_mode="gspo-one-side"``); NaN/inf at masked positions reach neither loss, metrics nor gradient.
     Metrics: ``pg_loss``, ``pg_clipfrac`` (fraction of selected tokens out of range).

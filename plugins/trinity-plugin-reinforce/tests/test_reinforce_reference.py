@@ -1,5 +1,6 @@
 """Comparison with the published reference (trinity-rft 0.6.0): agreement on random inputs where the
-reference is right, and the documented differences (section 8: singletons, masks, missing columns)."""
+reference is right, and the documented differences (docs/reference-differences.md: singleton-groups,
+gae-masks, missing-columns)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_reinforce_agrees_with_the_reference(data: list[Spec]) -> None:
 @settings(max_examples=30, deadline=None)
 @given(data=full_mask_specs(), gamma=st.sampled_from([1.0, 0.95, 0.5]))
 def test_reinforceplusplus_agrees_with_the_reference_without_holes(data: list[Spec], gamma: float) -> None:
-    assume(sum(len(s.mask) for s in data) >= 2)  # the reference raises below two tokens (defect 8.16)
+    assume(sum(len(s.mask) for s in data) >= 2)  # the reference raises below two tokens (gae-masks)
     ref = reference_module("trinity.algorithm.advantage_fn.reinforce_plus_plus_advantage")
     batch = make_batch(data)
     proto = reference_proto(batch)
@@ -150,7 +151,7 @@ def test_reinforceplusplus_single_token_batch_is_finite_where_the_reference_rais
 def test_reinforceplusplus_equal_returns_whiten_to_exactly_zero_unlike_the_reference() -> None:
     # Seven tokens of return 1/3: variance 0. Ours computes in float64 from a float32 input whose copies
     # are equal, so every deviation is exactly 0; the reference's float32 mean is one ulp off and the
-    # deviation is divided by sqrt(0 + 1e-8) (section 8.3).
+    # deviation is divided by sqrt(0 + 1e-8) (zero-variance-groups).
     ref = reference_module("trinity.algorithm.advantage_fn.reinforce_plus_plus_advantage")
     batch = make_batch([Spec(0, 1 / 3, [True]), Spec(1, 1 / 3, [True] * 6)])
     proto = reference_proto(batch)

@@ -1,5 +1,6 @@
 """Comparison with the published reference ``trinity.algorithm.policy_loss_fn.sapo_policy_loss``: the gate
-and the monitoring metrics agree by construction; the gradient differs as documented (defect 8.11)."""
+and the monitoring metrics agree by construction; the gradient differs as documented
+(reference-differences.md#sapo-weight)."""
 
 from __future__ import annotations
 
