@@ -1,4 +1,4 @@
-"""The on_policy_distill and jsd presets: flags of seed 002 / reference table 1.2, components resolve."""
+"""The on_policy_distill and jsd presets: flags as trinity-rft 0.6.0's presets, components resolve."""
 
 from __future__ import annotations
 

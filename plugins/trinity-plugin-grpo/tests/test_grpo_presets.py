@@ -1,6 +1,6 @@
-"""The grpo and dapo presets: flags and defaults as the reference table, resolution with the declared
+"""The grpo and dapo presets: flags and defaults as trinity-rft 0.6.0's presets, resolution with the declared
 plugin dependencies, and the check that the advantage function runs where the preset computes advantages
-(the reference's grpo_verl defect, section 8.14)."""
+(docs/reference-differences.md, ``advantage-placement``)."""
 
 from __future__ import annotations
 

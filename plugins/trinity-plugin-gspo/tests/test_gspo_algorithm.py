@@ -36,7 +36,7 @@ def test_default_config_is_the_reference_table_row() -> None:
 
 
 def test_preset_resolves_with_the_losss_own_aggregation_mode() -> None:
-    # The reference's validator overwrote GSPO's seq-mean-token-mean with the global token-mean (8.14).
+    # The reference's validator overwrote GSPO's seq-mean-token-mean with the global token-mean.
     algo = resolve_config({"algorithm": {"algorithm_type": "gspo"}}).algorithm
     assert algo.repeat_times == 2
     assert algo.policy_loss_fn == "gspo"

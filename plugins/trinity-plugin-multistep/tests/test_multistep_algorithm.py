@@ -1,4 +1,4 @@
-"""The ``multi_step_grpo`` preset: seed 002 flags and the reference's components."""
+"""The ``multi_step_grpo`` preset: trinity-rft's flags and components for it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``ppo`` algorithm preset: flags and default components as seed 002 / reference table 1.2."""
+"""The ``ppo`` algorithm preset: flags and default components as trinity-rft 0.6.0's ``ppo`` preset."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``rec`` preset: seed 002 flags, the reference's components and its effective loss arguments."""
+"""The ``rec`` preset: trinity-rft's flags and components for it, and its effective loss arguments."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_default_config_names_the_reference_components() -> None:
         "kl_loss_fn": "k2",
         "entropy_loss_fn": "default",
     }
-    # The preset's loss arguments merge over the seed constructor defaults.
+    # The preset's loss arguments merge over the loss constructor's defaults (trinity-rft's names and values).
     args = RECPolicyLossFn.validate_args(config["policy_loss_fn_args"]).model_dump()
     assert args["epsilon_low_prime"] == 0.6
     assert args["epsilon_high_prime"] == 2.0

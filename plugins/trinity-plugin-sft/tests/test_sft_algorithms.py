@@ -54,7 +54,7 @@ def test_presets_resolve_end_to_end(name: str) -> None:
         }
     )
     algo = resolved.algorithm
-    assert algo.advantage_fn is None  # none named: RAFT does not inherit a trainer-side 'ppo' (defect 14)
+    assert algo.advantage_fn is None  # none named: RAFT does not inherit a trainer-side 'ppo'
     assert algo.repeat_times == 1
     assert (algo.policy_loss_fn, algo.kl_loss_fn, algo.kl_penalty_fn, algo.entropy_loss_fn) == (
         "sft",
