@@ -66,12 +66,12 @@ def test_dataset_task_reads_save_to_disk_and_reports_missing_fields(tmp_path: Pa
     datasets.Dataset.from_dict({"question": ["ab=", "ba="], "answer": ["ab", "ba"]}).save_to_disk(
         tmp_path / "d"
     )
-    task = registry.create("task", "dataset", {"path": str(tmp_path / "d"), "prompt_field": "question"})
-    assert task.fields == ("prompt", "answer")
+    task = registry.create("task", "dataset", {"path": str(tmp_path / "d"), "prompt_key": "question"})
+    assert task.fields == ("prompt", "question", "answer", "prompt_messages")
     assert task.sample(3, torch.Generator().manual_seed(1))[0]["prompt"] in {"ab=", "ba="}
     with pytest.raises(ValueError, match="no column 'text'"):
-        registry.create("task", "dataset", {"path": str(tmp_path / "d"), "prompt_field": "text"})
-    with pytest.raises(ValueError, match="cannot load a dataset"):
+        registry.create("task", "dataset", {"path": str(tmp_path / "d"), "prompt_key": "text"})
+    with pytest.raises(ValueError, match="does not exist"):
         registry.create("task", "dataset", {"path": str(tmp_path / "missing")})
     # A reward function that needs a field the dataset lacks fails before training.
     datasets.Dataset.from_dict({"prompt": ["a="]}).save_to_disk(tmp_path / "noanswer")
