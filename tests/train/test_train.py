@@ -98,7 +98,7 @@ def test_exact_match_requires_answer_and_eos() -> None:
 def test_combine_rewards_sums_applicable_values_and_keeps_none(a: list[float | None], w: float) -> None:
     b = [None if x is None else 1.0 for x in a]
     got = combine_rewards(
-        [lambda p, c, **k: a, lambda p, c, **k: b], [1.0, w], ["a", "b"], [""] * len(a), [""] * len(a), {}
+        [lambda **k: a, lambda **k: b], [1.0, w], ["a", "b"], [""] * len(a), [""] * len(a), {}
     )
     for x, y in zip(a, got, strict=True):
         assert (y is None) if x is None else y == pytest.approx(x + w)
@@ -106,9 +106,9 @@ def test_combine_rewards_sums_applicable_values_and_keeps_none(a: list[float | N
 
 def test_combine_rewards_rejects_nan_and_wrong_length() -> None:
     with pytest.raises(ValueError, match="returned nan"):
-        combine_rewards([lambda p, c, **k: [float("nan")]], [1.0], ["bad"], ["p"], ["c"], {})
+        combine_rewards([lambda **k: [float("nan")]], [1.0], ["bad"], ["p"], ["c"], {})
     with pytest.raises(ValueError, match="returned 2 values for 1"):
-        combine_rewards([lambda p, c, **k: [1.0, 2.0]], [1.0], ["bad"], ["p"], ["c"], {})
+        combine_rewards([lambda **k: [1.0, 2.0]], [1.0], ["bad"], ["p"], ["c"], {})
 
 
 # ---------------------------------------------------------------------------------------------- model
