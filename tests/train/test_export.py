@@ -14,7 +14,7 @@ import torch
 
 from trinity_core.cli.main import main
 from trinity_core.train import train
-from trinity_core.train.export import load_checkpoint_policy
+from trinity_core.train.export import load_checkpoint_policy, save_policy
 from trinity_core.train.rollout import encode_prompts, generate
 
 PROMPTS = ["7+8=", "0+0=", "9+9=", "3+4="]
@@ -65,6 +65,18 @@ def test_the_export_loads_with_from_pretrained_and_reproduces_greedy_outputs(
     assert model.generation_config.max_new_tokens == 2  # last_digit: one digit and EOS
     with torch.no_grad():
         assert torch.equal(model(**batch).logits, trained(**batch).logits)
+
+
+def test_save_policy_leaves_the_trainers_model_and_tokenizer_as_they_were(run: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model, tokenizer, _ = load_checkpoint_policy(run, run / "checkpoints" / "step-000002")
+    before = tokenizer("7+8=", add_special_tokens=True)["input_ids"]
+    generation = model.generation_config.to_dict()
+    save_policy(model, tokenizer, tmp_path / "model", max_new_tokens=3, overwrite=False)
+    assert tokenizer("7+8=", add_special_tokens=True)["input_ids"] == before
+    assert model.generation_config.to_dict() == generation
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "model").generation_config.max_new_tokens == 3
 
 
 def test_step_selects_a_checkpoint_and_bad_input_is_one_line(

@@ -10,13 +10,14 @@ interrupted export leaves nothing half-written; an existing folder is never touc
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExportError", "export_checkpoint", "find_checkpoint"]
+__all__ = ["ExportError", "export_checkpoint", "find_checkpoint", "load_checkpoint_policy", "save_policy"]
 
 
 class ExportError(RuntimeError):
@@ -101,6 +102,54 @@ def _bos_first(tokenizer: Any) -> None:
     )
 
 
+def save_policy(
+    model: Any,
+    tokenizer: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    max_new_tokens: int | None,
+    overwrite: bool,
+) -> Path:
+    """``save_pretrained`` of ``model``, ``tokenizer`` and a greedy generation config into ``out_dir``.
+
+    Neither ``model`` nor ``tokenizer`` is changed (the trainer can call this mid-run). The folder is
+    written beside ``out_dir`` and renamed into place when complete.
+
+    Raises:
+        ExportError: ``out_dir`` exists and ``overwrite`` is false.
+    """
+    from transformers import GenerationConfig
+
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} exists; choose a new folder, or pass --overwrite to replace it")
+    tokenizer = copy.deepcopy(tokenizer)
+    _bos_first(tokenizer)
+    # Decoder-only models generate after the prompt: left padding, as in the trainer. save_pretrained
+    # writes the constructor's arguments, not the attribute the trainer set.
+    tokenizer.init_kwargs["padding_side"] = tokenizer.padding_side
+    generation = GenerationConfig(  # type: ignore[no-untyped-call]
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        generation.save_pretrained(staging)  # replaces the model's own generation_config.json
+        tokenizer.save_pretrained(staging)
+        if out.exists():  # overwrite: only now that the new folder is complete
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
 def export_checkpoint(
     run_dir: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
@@ -116,36 +165,13 @@ def export_checkpoint(
     Raises:
         ExportError: ``out_dir`` exists (without ``overwrite``), or see :func:`find_checkpoint`.
     """
-    from transformers import GenerationConfig
-
     run, out = Path(run_dir), Path(out_dir)
-    if out.exists() and not overwrite:
+    if out.exists() and not overwrite:  # before the (slow) model load
         raise ExportError(f"{out} exists; choose a new folder, or pass --overwrite to replace it")
     checkpoint = find_checkpoint(run, step)
     model, tokenizer, config = load_checkpoint_policy(run, checkpoint)
-    _bos_first(tokenizer)
-    # Decoder-only models generate after the prompt: left padding, as in the trainer. save_pretrained
-    # writes the constructor's arguments, not the attribute the trainer set.
-    tokenizer.init_kwargs["padding_side"] = tokenizer.padding_side
-    model.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]
-        do_sample=False,
-        max_new_tokens=config.rollout.max_new_tokens or _response_budget(config),
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        if out.exists():  # overwrite: only now that the new folder is complete
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out
+    budget = config.rollout.max_new_tokens or _response_budget(config)
+    return save_policy(model, tokenizer, out, max_new_tokens=budget, overwrite=overwrite)
 
 
 def _response_budget(config: Any) -> int | None:
