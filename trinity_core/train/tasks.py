@@ -209,8 +209,9 @@ class _DatasetArgs(ComponentArgs):
 
 
 class DatasetTask(Task):
-    """Rows of a dataset read with ``datasets`` (see :func:`trinity_core.train.dataset_io.load_split`).
+    """Rows of a json/jsonl/parquet/csv/arrow file or folder, save_to_disk folder or hub id.
 
+    The data is read with ``datasets`` (see :func:`trinity_core.train.dataset_io.load_split`).
     Each row keeps every column (reward functions receive them by name) and gains ``prompt`` (the text
     to complete: ``prompt_key``'s value, ``prompt_template`` rendered, or the messages' contents one per
     line), ``answer`` (``answer_key``'s value, when the column exists) and ``prompt_messages`` (the
@@ -302,7 +303,8 @@ class DatasetTask(Task):
         self._order = None
 
     def eval_rows(self, n: int, seed: int) -> list[dict[str, Any]]:
-        """The first ``n`` rows of ``eval_split``, else the last ``n`` rows of the train split."""
+        """The first ``n`` rows of ``eval_split``, else the last ``n`` rows of the train split (which
+        training reads too: an ``eval_split`` gives a held-out score)."""
         if self._eval is not None:
             return self._eval.rows(range(min(n, len(self._eval))))
         size = len(self._train)

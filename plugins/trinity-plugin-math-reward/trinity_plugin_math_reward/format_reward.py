@@ -34,10 +34,11 @@ class _Args(ComponentArgs):
 
 
 class FormatReward(Component):
-    """1.0 when ``re.fullmatch(pattern, completion, re.DOTALL)``, else 0.0.
+    """1.0 when the whole completion matches a regular expression (``pattern``), else 0.0.
 
-    Set the pattern with ``tasks.reward_fn_args: {format: {pattern: '...'}}``; a pattern that does not
-    compile is a configuration error before training.
+    The test is ``re.fullmatch(pattern, completion, re.DOTALL)``. Set the pattern with
+    ``tasks.reward_fn_args: {format: {pattern: '...'}}``; a pattern that does not compile is a configuration
+    error before training.
     """
 
     kind: ClassVar[str] = "reward_fn"

@@ -11,8 +11,9 @@ __all__ = ["gsm8k"]
 
 
 def gsm8k(completions: Sequence[str], answer: Sequence[Any], **kwargs: Any) -> list[float | None]:
-    """Numeric match of final answers (see :func:`~trinity_plugin_math_reward.numbers.final_number`).
+    """1.0 when the completion's final number (after ``####``, else the last) equals the reference's.
 
+    Numbers are compared exactly (:func:`~trinity_plugin_math_reward.numbers.final_number`).
     ``answer`` is a GSM8K solution (``... #### 72``) or the number itself (a string or a number). A
     completion cut at the token budget (``truncated``) scores 0.0, as with ``exact_match``; a reference
     without a number is not applicable (None).

@@ -11,12 +11,13 @@ __all__ = ["math_verify"]
 
 
 def math_verify(completions: Sequence[str], answer: Sequence[Any], **kwargs: Any) -> list[float | None]:
-    """1.0 when ``math_verify.verify(parse(answer), parse(completion))``, else 0.0.
+    """1.0 when math-verify finds the completion's answer equivalent to the reference, else 0.0.
 
-    ``parse`` finds LaTeX (``$\\frac{1}{2}$``, ``\\boxed{0.5}``) and plain expressions; ``verify``
-    compares them symbolically and numerically, so ``\\frac{1}{2}``, ``0.5`` and ``\\boxed{1/2}`` agree.
-    A GSM8K reference (``... #### 72``) is read after its ``####``. A reference ``math-verify`` cannot
-    parse is not applicable (None); a truncated completion scores 0.0, as with ``exact_match``.
+    The test is ``math_verify.verify(parse(answer), parse(completion))``: ``parse`` finds LaTeX
+    (``$\\frac{1}{2}$``, ``\\boxed{0.5}``) and plain expressions; ``verify`` compares them
+    symbolically and numerically, so ``\\frac{1}{2}``, ``0.5`` and ``\\boxed{1/2}`` agree. A GSM8K
+    reference (``... #### 72``) is read after its ``####``. A reference ``math-verify`` cannot parse is
+    not applicable (None); a truncated completion scores 0.0, as with ``exact_match``.
     """
     from math_verify import parse, verify
 
