@@ -283,3 +283,15 @@ def test_trinity_train_on_a_jsonl_file(tmp_path: Path, capsys: pytest.CaptureFix
         "split 'train' has question = None; fix or drop the row"
     )
     assert not (tmp_path / "run2").exists()
+
+
+def test_a_hub_id_missing_from_the_cache_is_one_line_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+    import huggingface_hub
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(
+        TaskDataError, match=r"tasks.args.path: cannot load 'someone/not-cached' \(.*\); give a"
+    ):
+        registry.create("task", "dataset", {"path": "someone/not-cached"})
