@@ -270,7 +270,7 @@ def test_prompts_that_are_not_text_are_refused_with_the_row(
     )  # fmt: skip
     assert code == 1
     assert one_line(err) == (
-        f"trinity: error: tasks: tasks.args.prompt_field: row {row} of dataset '{data}' split 'train' has "
+        f"trinity: error: tasks: tasks.args.prompt_key: row {row} of dataset '{data}' split 'train' has "
         f"prompt = {shown}; every prompt must be a non-empty string: fix or drop the row"
     )
     assert not (tmp_path / "run").exists()

@@ -66,12 +66,12 @@ def test_dataset_task_reads_save_to_disk_and_reports_missing_fields(tmp_path: Pa
     datasets.Dataset.from_dict({"question": ["ab=", "ba="], "answer": ["ab", "ba"]}).save_to_disk(
         tmp_path / "d"
     )
-    task = registry.create("task", "dataset", {"path": str(tmp_path / "d"), "prompt_field": "question"})
-    assert task.fields == ("prompt", "answer")
+    task = registry.create("task", "dataset", {"path": str(tmp_path / "d"), "prompt_key": "question"})
+    assert task.fields == ("prompt", "question", "answer", "prompt_messages")
     assert task.sample(3, torch.Generator().manual_seed(1))[0]["prompt"] in {"ab=", "ba="}
     with pytest.raises(ValueError, match="no column 'text'"):
-        registry.create("task", "dataset", {"path": str(tmp_path / "d"), "prompt_field": "text"})
-    with pytest.raises(ValueError, match="cannot load a dataset"):
+        registry.create("task", "dataset", {"path": str(tmp_path / "d"), "prompt_key": "text"})
+    with pytest.raises(ValueError, match="does not exist"):
         registry.create("task", "dataset", {"path": str(tmp_path / "missing")})
     # A reward function that needs a field the dataset lacks fails before training.
     datasets.Dataset.from_dict({"prompt": ["a="]}).save_to_disk(tmp_path / "noanswer")
@@ -98,7 +98,7 @@ def test_exact_match_requires_answer_and_eos() -> None:
 def test_combine_rewards_sums_applicable_values_and_keeps_none(a: list[float | None], w: float) -> None:
     b = [None if x is None else 1.0 for x in a]
     got = combine_rewards(
-        [lambda p, c, **k: a, lambda p, c, **k: b], [1.0, w], ["a", "b"], [""] * len(a), [""] * len(a), {}
+        [lambda **k: a, lambda **k: b], [1.0, w], ["a", "b"], [""] * len(a), [""] * len(a), {}
     )
     for x, y in zip(a, got, strict=True):
         assert (y is None) if x is None else y == pytest.approx(x + w)
@@ -106,9 +106,9 @@ def test_combine_rewards_sums_applicable_values_and_keeps_none(a: list[float | N
 
 def test_combine_rewards_rejects_nan_and_wrong_length() -> None:
     with pytest.raises(ValueError, match="returned nan"):
-        combine_rewards([lambda p, c, **k: [float("nan")]], [1.0], ["bad"], ["p"], ["c"], {})
+        combine_rewards([lambda **k: [float("nan")]], [1.0], ["bad"], ["p"], ["c"], {})
     with pytest.raises(ValueError, match="returned 2 values for 1"):
-        combine_rewards([lambda p, c, **k: [1.0, 2.0]], [1.0], ["bad"], ["p"], ["c"], {})
+        combine_rewards([lambda **k: [1.0, 2.0]], [1.0], ["bad"], ["p"], ["c"], {})
 
 
 # ---------------------------------------------------------------------------------------------- model

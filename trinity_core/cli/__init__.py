@@ -14,5 +14,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trinity_core.cli.config_cmd",
     "trinity_core.cli.info",
     "trinity_core.cli.train",
+    "trinity_core.cli.export",
 )
 """Modules whose ``register(subparsers)`` adds a command group, in help order."""

@@ -1,13 +1,16 @@
 """Reward functions for ``trinity train`` (kind ``reward_fn``, namespace ``trinity_core.reward_fns``).
 
-A reward function is any callable ``fn(prompts, completions, **fields) -> list[float | None]``:
-``prompts`` and ``completions`` are lists of strings (one entry per response), ``fields`` holds every
-other field of the task rows as lists aligned with them, plus ``truncated`` (no EOS within the
-budget). Accept ``**kwargs`` so new fields do not break the function. ``None`` means "not
-applicable": with several functions the reward is the weighted sum of the applicable ones, and a
-response none applies to gets no reward and is excluded from the group statistics and the loss.
-Named parameters without a default (other than ``prompts`` and ``completions``) are the fields the
-function needs; a task lacking one is an error before training.
+A reward function follows TRL's calling convention, so TRL reward functions work unchanged: it is
+called with keywords only, ``fn(prompts=..., completions=..., completion_ids=..., **columns)``, and
+returns ``list[float | None]``. ``prompts`` and ``completions`` are lists of strings (one entry per
+response), ``completion_ids`` the response token ids up to EOS (when the trainer passes them),
+``columns`` every other field of the task rows as lists aligned with them (a dataset's columns, by
+name), plus ``truncated`` (no EOS within the budget). Accept ``**kwargs`` so new fields do not break
+the function. ``None`` means "not applicable": with several functions the reward is the weighted sum of
+the applicable ones, and a response none applies to gets no reward and is excluded from the group
+statistics and the loss. Named parameters without a default (other than ``prompts``, ``completions``
+and ``completion_ids``) are the fields the function needs; a task lacking one is an error before
+training.
 """
 
 from __future__ import annotations
@@ -19,9 +22,20 @@ import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["RewardError", "RewardFn", "combine_rewards", "exact_match", "load_reward_fns", "required_fields"]
+__all__ = [
+    "TRAINER_ARGUMENTS",
+    "RewardError",
+    "RewardFn",
+    "combine_rewards",
+    "exact_match",
+    "load_reward_fns",
+    "required_fields",
+]
 
 RewardFn = Callable[..., Sequence[float | None]]
+
+TRAINER_ARGUMENTS = ("prompts", "completions", "completion_ids")
+"""Keywords the trainer passes to every reward function itself (the rest are the task's fields)."""
 
 
 class RewardError(ValueError):
@@ -41,7 +55,7 @@ def exact_match(
 
 
 def required_fields(fn: Callable[..., Any]) -> list[str]:
-    """Named parameters of ``fn`` without a default, ``prompts`` / ``completions`` excluded."""
+    """Named parameters of ``fn`` without a default, those in :data:`TRAINER_ARGUMENTS` excluded."""
     target = fn.func if isinstance(fn, functools.partial) else fn
     bound = set(fn.keywords) if isinstance(fn, functools.partial) else set()
     try:
@@ -53,7 +67,7 @@ def required_fields(fn: Callable[..., Any]) -> list[str]:
         for p in params
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         and p.default is p.empty
-        and p.name not in {"self", "prompts", "completions", *bound}
+        and p.name not in {"self", *TRAINER_ARGUMENTS, *bound}
     ]
 
 
@@ -98,17 +112,24 @@ def combine_rewards(
     prompts: list[str],
     completions: list[str],
     fields: Mapping[str, list[Any]],
+    completion_ids: Sequence[Sequence[int]] | None = None,
 ) -> list[float | None]:
     """Weighted sum of the applicable rewards per response (``None`` when no function applies).
+
+    Each function is called as ``fn(prompts=prompts, completions=completions,
+    completion_ids=completion_ids, **fields)`` (``completion_ids`` left out when not given).
 
     Raises:
         RewardError: a function raised, returned the wrong number of values, or a value that is not a
             finite real number or ``None`` (a string, NaN, infinity).
     """
     total: list[float | None] = [None] * len(completions)
+    given: dict[str, Any] = {"prompts": prompts, "completions": completions, **fields}
+    if completion_ids is not None:
+        given["completion_ids"] = [list(ids) for ids in completion_ids]
     for fn, weight, name in zip(fns, weights, names, strict=True):
         try:
-            returned = fn(prompts, completions, **fields)
+            returned = fn(**given)
         except Exception as exc:
             # A user's function failed: name it; the traceback stays on the chain for --debug.
             raise RewardError(
