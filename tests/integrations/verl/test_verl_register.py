@@ -15,7 +15,12 @@ core_algos = pytest.importorskip("verl.trainer.ppo.core_algos", reason="needs tr
 from verl.trainer.config import AlgoConfig  # noqa: E402
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
 
-from trinity_core.integrations.verl import PREFIX, make_policy_loss, register  # noqa: E402
+from trinity_core.integrations.verl import (  # noqa: E402
+    PREFIX,
+    make_advantage_estimator,
+    make_policy_loss,
+    register,
+)
 
 MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 SAME_LOSSES = {
@@ -257,3 +262,66 @@ def test_a_taken_name_is_a_conflict() -> None:
             register(prefix="mine.")
     finally:
         del core_algos.POLICY_LOSS_REGISTRY["mine.ppo"]
+
+
+def _otb_inputs(holes: bool) -> dict[str, Any]:
+    tlr, mask, index = _estimator_inputs()
+    if holes:  # multi-turn: tool tokens inside responses
+        mask[0, 2] = mask[2, 1] = mask[4, 3] = 0.0
+    g = torch.Generator().manual_seed(1)
+    return {
+        "token_level_rewards": tlr,
+        "response_mask": mask,
+        "index": index,
+        "old_log_probs": -torch.rand(8, 6, generator=g) * 3,
+        "sum_pi_squared": torch.rand(8, 6, generator=g) * 0.5,
+    }
+
+
+@pytest.mark.parametrize("rollout_is", [False, True], ids=["plain", "rollout_is_weights"])
+@pytest.mark.parametrize(
+    ("name", "holes"),
+    [("optimal_token_baseline", False), ("tir_optimal_token_baseline", True)],
+)
+def test_optimal_token_baseline_equals_verl(
+    registered: object, name: str, holes: bool, rollout_is: bool
+) -> None:
+    kwargs = _otb_inputs(holes)
+    if rollout_is:
+        kwargs["rollout_is_weights"] = 0.5 + torch.rand(8, 6, generator=torch.Generator().manual_seed(2))
+    adv, ret = core_algos.get_adv_estimator_fn(PREFIX + name)(**kwargs, config=AlgoConfig())
+    ref, ref_ret = core_algos.get_adv_estimator_fn(name)(**kwargs, config=AlgoConfig())
+    torch.testing.assert_close(adv, ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ret * kwargs["response_mask"], ref_ret * kwargs["response_mask"])
+
+
+def test_gdpo_equals_verl(registered: object) -> None:
+    """verl's gdpo with two reward components from non_tensor_batch and weights; our gdpo with the same
+    keys and weights (verl reads them from its algorithm config, ours from the component's args)."""
+    tlr, mask, index = _estimator_inputs()
+    fmt = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.5, 1.0])
+    acc = np.array([0.0, 1.0, 1.0, 0.5, 0.0, 1.0, 1.0, 0.0])
+    keys, weights = ["fmt", "acc"], [1.0, 0.5]
+    lengths = mask.sum(dim=1).long()
+    batch = {
+        "prompts": torch.zeros(8, 3, dtype=torch.long),
+        "attention_mask": torch.cat([torch.ones(8, 3), mask], 1).long(),
+    }
+    config = AlgoConfig(gdpo_reward_keys=keys, gdpo_reward_weights=weights)  # type: ignore[call-arg]
+    ntb = {"fmt": fmt, "acc": acc}
+    ref, _ = core_algos.get_adv_estimator_fn("gdpo")(
+        token_level_rewards=tlr,
+        response_mask=mask,
+        index=index,
+        config=config,
+        non_tensor_batch=ntb,
+        batch=batch,
+    )
+    ours = make_advantage_estimator("gdpo", {"gdpo_reward_keys": keys, "gdpo_reward_weights": weights})
+    adv, _ = ours(
+        token_level_rewards=tlr, response_mask=mask, index=index, config=config, non_tensor_batch=ntb
+    )
+    # verl's singleton group 'c' has 2 rows here; every group has two or more rows, so the singleton
+    # policy (ours 0, verl mean 0 / std 1) does not enter.
+    torch.testing.assert_close(adv, ref, rtol=1e-5, atol=1e-6)
+    assert int(lengths.min()) >= 1
