@@ -9,7 +9,7 @@ group), so any installed advantage function, pipeline-side or trainer-side, runs
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -27,6 +27,7 @@ def experiences_from_rows(
     response_mask: Tensor,
     logprobs: Tensor | None = None,
     token_level_rewards: Tensor | None = None,
+    infos: Sequence[dict[str, Any]] | None = None,
 ) -> list[Experience]:
     """One experience per row.
 
@@ -37,6 +38,7 @@ def experiences_from_rows(
             (holes stay holes: they become ``action_mask`` False); the columns after it are padding.
         logprobs: optional ``(N, T)`` sampling log-probs, stored as ``logprobs``.
         token_level_rewards: optional ``(N, T)`` per-token rewards, stored as ``token_level_reward``.
+        infos: optional ``N`` dicts stored as each experience's ``info`` (e.g. reward components).
 
     Tokens are placeholders (zeros after a one-token prompt): advantage functions read rewards, masks
     and groups, never token ids.
@@ -67,6 +69,7 @@ def experiences_from_rows(
                 action_mask=mask[i, :length].clone(),
                 logprobs=None if old is None else old[i, :length].clone(),
                 token_level_reward=None if tlr is None else tlr[i, :length].clone(),
+                info=None if infos is None else dict(infos[i]),
             )
         )
     return exps
@@ -85,19 +88,31 @@ def rows_from_experiences(
 
 
 def run_advantage_fn(
-    fn: Any, exps: list[Experience], response_mask: Tensor, **kwargs: Any
+    fn: Any,
+    exps: list[Experience],
+    response_mask: Tensor,
+    extras: Mapping[str, Tensor] | None = None,
+    **kwargs: Any,
 ) -> tuple[Tensor, Tensor, Metrics]:
     """Run an advantage function on ``exps`` (from :func:`experiences_from_rows`) and return
     ``(advantages, returns, metrics)`` as ``(N, T)`` float32 rows on ``response_mask``'s device, zero
     outside the mask.
 
-    A trainer-side function (``compute_in_trainer()``) gets the list, batches it and returns the batch;
-    a pipeline-side one sets ``advantages`` / ``returns`` on the experiences it keeps; a row it drops
-    gets advantage 0 (it contributes no gradient).
+    A trainer-side function (``compute_in_trainer()``) gets the batch of the list, with ``extras``
+    (trainer-side ``(N, T)`` or ``(N,)`` columns such as ``old_logprobs`` or ``sum_pi_squared``, cut to
+    the batch's response width) in ``batch.extras``; a pipeline-side one sets ``advantages`` /
+    ``returns`` on the experiences it keeps; a row it drops gets advantage 0 (it contributes no
+    gradient).
     """
     width, device = response_mask.shape[1], response_mask.device
     if type(fn).compute_in_trainer():
-        batch, metrics = fn(exps, **kwargs)
+        from trinity_core.batch import ExperienceBatch
+
+        batch = ExperienceBatch.from_experiences(exps)
+        for key, column in (extras or {}).items():
+            column = column.detach().to("cpu")
+            batch.extras[key] = column[:, : batch.max_response_length] if column.dim() == 2 else column
+        batch, metrics = fn(batch, **kwargs)
         advantages = _pad(batch.advantages, width)
         returns = _pad(batch.returns if batch.returns is not None else batch.advantages, width)
     else:

@@ -24,6 +24,10 @@ equals ``gradient_accumulation_steps``, TRL's default) and multiplied by the num
 DDP's gradient average gives the gradient of the global batch. A KL loss needs TRL's reference
 model: set ``GRPOConfig(beta=...)`` to any non-zero value (TRL's ``beta`` is otherwise unused; the
 KL coefficient is the KL component's ``kl_coef``).
+
+Precision is TRL's: ``GRPOConfig`` defaults to ``bf16=True`` (autocast, on CPU too) while ``trinity
+train`` defaults to ``precision: no``; with ``GRPOConfig(bf16=False)`` the loss and gradients equal
+``trinity train``'s update on the same batch (tested), with bf16 they differ by bf16 rounding.
 """
 
 from __future__ import annotations

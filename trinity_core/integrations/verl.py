@@ -19,7 +19,12 @@ Adapters (verl 0.9.1 signatures):
 * advantage estimator ``fn(token_level_rewards, response_mask, index, config, ...) -> (advantages,
   returns)``: the rows become experiences (reward = the row's summed token rewards, task group =
   ``index``, i.e. verl's ``uid``) and the installed function runs on them, pipeline-side or
-  trainer-side alike; a row it drops gets advantage 0.
+  trainer-side alike; a row it drops gets advantage 0. verl's ``old_log_probs``, ``sum_pi_squared``,
+  ``rollout_is_weights`` and ``values`` keyword arguments become the trainer-side batch columns
+  ``old_logprobs``, ``sum_pi_squared``, ``rollout_is_weights``, ``values``; the reward components a
+  function names in ``gdpo_reward_keys`` come from ``non_tensor_batch`` into each row's ``info``.
+  verl's ``compute_advantage`` passes these only to estimators it knows by name, so through verl's
+  trainer a ``trinity.*`` estimator that needs them fails with a message naming the missing column.
 
 Component arguments are not part of verl's config: pass ``register(policy_loss_args={"sapo": {...}},
 advantage_fn_args={...})``, or set ``TRINITY_VERL_ARGS`` to the same as JSON
@@ -138,6 +143,30 @@ def make_policy_loss(
     return policy_loss
 
 
+_EXTRAS: dict[str, str] = {
+    "old_log_probs": "old_logprobs",
+    "sum_pi_squared": "sum_pi_squared",
+    "rollout_is_weights": "rollout_is_weights",
+    "values": "values",
+}
+"""verl's estimator keyword arguments passed on as trainer-side batch columns (verl name -> ours)."""
+
+
+def _reward_components(fn: Any, non_tensor_batch: Any, n: int) -> list[dict[str, Any]] | None:
+    """Per-row ``info`` holding the reward components ``fn`` names (``gdpo_reward_keys``), read from
+    verl's ``non_tensor_batch``; None when it names none."""
+    keys = getattr(fn, "gdpo_reward_keys", None)
+    if not keys or non_tensor_batch is None:
+        return None
+    missing = [k for k in keys if k not in non_tensor_batch]
+    if missing:
+        raise KeyError(
+            f"verl advantage estimator: reward components {missing} are not in non_tensor_batch "
+            f"(present: {sorted(non_tensor_batch)}); the reward function must return them"
+        )
+    return [{k: float(non_tensor_batch[k][i]) for k in keys} for i in range(n)]
+
+
 def make_advantage_estimator(
     name: str, args: Mapping[str, Any] | None = None
 ) -> Callable[..., tuple[Tensor, Tensor]]:
@@ -157,6 +186,7 @@ def make_advantage_estimator(
             )
         if not built:
             built.append(registry.create("advantage_fn", name, dict(args or {})))
+        fn = built[0]
         mask = response_mask.to(torch.bool)
         rewards = torch.where(mask, token_level_rewards, 0).sum(dim=-1)
         exps = experiences_from_rows(
@@ -165,8 +195,10 @@ def make_advantage_estimator(
             mask,
             logprobs=kwargs.get("old_log_probs"),
             token_level_rewards=token_level_rewards,
+            infos=_reward_components(fn, kwargs.get("non_tensor_batch"), int(rewards.shape[0])),
         )
-        advantages, returns, _metrics = run_advantage_fn(built[0], exps, mask)
+        extras = {ours: kwargs[theirs] for theirs, ours in _EXTRAS.items() if kwargs.get(theirs) is not None}
+        advantages, returns, _metrics = run_advantage_fn(fn, exps, mask, extras=extras)
         dtype = token_level_rewards.dtype
         return advantages.to(dtype), returns.to(dtype)
 
