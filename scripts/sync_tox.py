@@ -141,7 +141,8 @@ def render(tracked_only: bool = False) -> tuple[str, str]:
             "commands =",
             "    trinity plugins list --strict",
             "    trinity info --self-check",
-            "    pytest {toxinidir}/tests --ignore={toxinidir}/tests/train {posargs}",
+            "    pytest {toxinidir}/tests --ignore={toxinidir}/tests/train"
+            " --ignore={toxinidir}/tests/integrations {posargs}",
             *[f"    pytest {{toxinidir}}/plugins/{n}/tests {{posargs}}" for n in names],
         ]
     )
