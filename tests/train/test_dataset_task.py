@@ -295,3 +295,46 @@ def test_a_hub_id_missing_from_the_cache_is_one_line_offline(monkeypatch: pytest
         TaskDataError, match=r"tasks.args.path: cannot load 'someone/not-cached' \(.*\); give a"
     ):
         registry.create("task", "dataset", {"path": "someone/not-cached"})
+
+
+def test_resume_continues_the_dataset_order_and_the_run_ends_with_a_loadable_model(tmp_path: Path) -> None:
+    """A dataset run resumed from its checkpoint sees the prompts and ends with the weights of a run
+    that never stopped; each run leaves ``model/`` that ``from_pretrained`` loads."""
+    from transformers import AutoModelForCausalLM
+
+    from trinity_core.train import train
+
+    seen: list[list[str]] = []
+
+    def recording_reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
+        seen.append(list(prompts))
+        return [len(c) / 8 for c in completions]  # varies between responses: every step updates
+
+    registry.register("reward_fn", "recording_reward", recording_reward, replace=True)
+    rows = [{"question": f"{a}+{b}", "answer": str((a + b) % 10)} for a in range(4) for b in range(4)]
+    data = write_jsonl(tmp_path / "sums.jsonl", rows)
+    config = {
+        "trainer": {"total_steps": 4, "checkpoint_every": 1, "progress": False, "threads": 1},
+        "rollout": {"prompts_per_step": 3},
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "kl_loss_fn": "none"},
+        "tasks": {
+            "name": "dataset",
+            "eval_size": 0,
+            "reward_fns": ["recording_reward"],
+            "args": {"path": str(data), "prompt_template": "{question}="},
+        },
+        "model": TINY_MODEL,
+    }
+    train(config, run_dir=tmp_path / "straight")
+    straight = seen[:]
+    seen.clear()
+    train(config, overrides=["trainer.total_steps=2"], run_dir=tmp_path / "resumed")
+    train(None, resume=tmp_path / "resumed", overrides=["trainer.total_steps=4"])
+    assert seen[2:] == straight[2:]  # the prompts of steps 3 and 4, in order (16 rows: epoch wraps)
+    assert (tmp_path / "resumed" / "checkpoints" / "step-000004" / "task-rank0.json").is_file()
+    weights = [
+        AutoModelForCausalLM.from_pretrained(tmp_path / run / "model").state_dict()
+        for run in ("straight", "resumed")
+    ]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

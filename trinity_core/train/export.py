@@ -10,10 +10,12 @@ interrupted export leaves nothing half-written; an existing folder is never touc
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +140,8 @@ def save_policy(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        model.save_pretrained(staging)
+        with _quiet_progress():  # the trainer's own progress bar and messages are what the user reads
+            model.save_pretrained(staging)
         generation.save_pretrained(staging)  # replaces the model's own generation_config.json
         tokenizer.save_pretrained(staging)
         if out.exists():  # overwrite: only now that the new folder is complete
@@ -148,6 +151,20 @@ def save_policy(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
+
+
+@contextlib.contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """transformers' progress bars off (``save_pretrained`` shows one per shard), then as they were."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def export_checkpoint(

@@ -57,7 +57,9 @@ from trinity_core.ops import LossScale, global_normalizers
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
 from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
+from trinity_core.train.dataset_io import TaskDataError
 from trinity_core.train.experiences import rollout_batch, rollout_experiences
+from trinity_core.train.export import save_policy
 from trinity_core.train.model import load_policy
 from trinity_core.train.offline import StoredExperiences, load_stored_experiences
 from trinity_core.train.profile import StepProfiler
@@ -299,7 +301,7 @@ class Trainer:
             )
 
         # 2. Rewards: reward functions on decoded completions (rows repeated G times, prompt-major).
-        completions = self._decode(rollout)
+        completions, completion_ids = self._decode(rollout)
         fields = {k: [r[k] for r in rows for _ in range(G)] for k in self.task.fields if k != "prompt"}
         fields["truncated"] = rollout.truncated.tolist()
         rewards = combine_rewards(
@@ -309,6 +311,7 @@ class Trainer:
             [p for p in prompts for _ in range(G)],
             completions,
             fields,
+            completion_ids=completion_ids,
         )
 
         # 3. Experiences with EIDs (batch = step, task = global prompt index, run = response index),
@@ -496,16 +499,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers of the step
 
-    def _decode(self, rollout: Rollout) -> list[str]:
-        # Completion text = response tokens before EOS, special tokens spelled out (a stray <pad> never
-        # matches an answer).
+    def _decode(self, rollout: Rollout) -> tuple[list[str], list[tuple[int, ...]]]:
+        # Completion text and ids = response tokens before EOS, special tokens spelled out (a stray <pad>
+        # never matches an answer).
         ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
         ids = rollout.response_ids.tolist()
         rows = [tuple(row[:e]) for row, e in zip(ids, ends, strict=True)]
         # The G responses to a prompt often repeat: each distinct response is decoded once.
         distinct = list(dict.fromkeys(rows))
         text = dict(zip(distinct, self.tokenizer.batch_decode([list(r) for r in distinct]), strict=True))
-        return [text[row] for row in rows]
+        return [text[row] for row in rows], rows
 
     def _trim_buffer(self) -> None:
         # The memory buffer keeps every item it was given; an on-policy trainer has read them all.
@@ -685,6 +688,15 @@ class Trainer:
                 "profile": result.profile,
             }
             ckpt.write_json_atomic(self.run_dir / "summary.json", summary)
+            # A model that from_pretrained loads, next to the checkpoints (trinity export does the same
+            # for any checkpoint).
+            save_policy(
+                self.acc.unwrap_model(self.policy),
+                self.tokenizer,
+                self.run_dir / "model",
+                max_new_tokens=self.max_new_tokens,
+                overwrite=True,
+            )
             from trinity_core.train.plot import plot_run
 
             plot_run(self.run_dir / "metrics.jsonl", self.run_dir / "plot.png")
@@ -731,11 +743,17 @@ class Trainer:
             temperature=1.0,
             greedy=True,
         )
-        completions = self._decode(rollout)
+        completions, completion_ids = self._decode(rollout)
         fields = {k: [r[k] for r in rows] for k in self.task.fields if k != "prompt"}
         fields["truncated"] = rollout.truncated.tolist()
         rewards = combine_rewards(
-            self.reward_fns, self.reward_weights, self.reward_names, prompts, completions, fields
+            self.reward_fns,
+            self.reward_weights,
+            self.reward_names,
+            prompts,
+            completions,
+            fields,
+            completion_ids=completion_ids,
         )
         scored = [r for r in rewards if r is not None]
         return sum(scored) / len(scored) if scored else None
@@ -752,6 +770,8 @@ class Trainer:
             ckpt.begin(root, step)
         self.acc.wait_for_everyone()
         ckpt.save_rng_state(tmp / f"rng-rank{self.rank}.safetensors", self.task_gen)
+        # The task's position in its data (a dataset's shuffled order and epoch); each rank has its own.
+        ckpt.write_json_atomic(tmp / f"task-rank{self.rank}.json", self.task.state_dict())
         if self.is_main:
             state = {k: v.detach().cpu().contiguous() for k, v in self.policy.state_dict().items()}
             if getattr(self.policy.config, "tie_word_embeddings", False):
@@ -801,6 +821,12 @@ class Trainer:
         self.scheduler.load_state_dict(meta["scheduler"])
         ckpt.set_python_rng_state(meta["python_rng"])
         ckpt.load_rng_state(path / f"rng-rank{self.rank}.safetensors", self.task_gen)
+        task_state = path / f"task-rank{self.rank}.json"
+        if task_state.exists():  # checkpoints written before tasks saved their position have none
+            try:
+                self.task.load_state_dict(json.loads(task_state.read_text(encoding="utf-8")))
+            except TaskDataError as exc:
+                raise ckpt.CheckpointError(f"{path}: {exc}") from exc
         self.start_step = int(meta["step"])
         if self.is_main:  # drop metrics of steps after the checkpoint: they are replayed
             rows = self._read_metrics()
