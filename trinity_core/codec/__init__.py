@@ -26,33 +26,14 @@ from __future__ import annotations
 import copyreg
 from collections.abc import Callable
 
+import trinity_core.codec.spec as spec
 from trinity_core.codec.decode import deserialize_many, deserialize_one
 from trinity_core.codec.encode import serialize_many
-from trinity_core.codec.spec import (
-    LEGACY_MAGIC,
-    MAGIC,
-    MAX_HEADER_BYTES,
-    MAX_ITEMS,
-    TENSOR_DTYPES,
-    VERSION,
-    ExperienceDecodeError,
-    ExperienceEncodeError,
-)
+from trinity_core.codec.spec import *  # noqa: F403  (spec.__all__, re-exported below)
 from trinity_core.experience import Experience, WireFormat, register_wire_format
 
-__all__ = [
-    "LEGACY_MAGIC",
-    "MAGIC",
-    "MAX_HEADER_BYTES",
-    "MAX_ITEMS",
-    "TENSOR_DTYPES",
-    "VERSION",
-    "ExperienceDecodeError",
-    "ExperienceEncodeError",
-    "deserialize_many",
-    "deserialize_one",
-    "serialize_many",
-]
+__all__ = ["deserialize_many", "deserialize_one", "serialize_many"]
+__all__ += spec.__all__
 
 
 def _reduce_experience(experience: Experience) -> tuple[Callable[..., Experience], tuple[bytes]]:

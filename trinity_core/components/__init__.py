@@ -8,7 +8,8 @@ algorithm      ``trinity_core.algorithms``       :class:`AlgorithmType` (write p
 advantage_fn   ``trinity_core.advantage_fns``    :class:`AdvantageFn`, :class:`GroupAdvantage`,
                                                  :class:`TrainerAdvantage`
 add_strategy   ``trinity_core.add_strategies``   :class:`AddStrategy`, :class:`GroupAdvantageStrategy`
-policy_loss    ``trinity_core.policy_losses``    :class:`PolicyLossFn`
+policy_loss    ``trinity_core.policy_losses``    :class:`PolicyLossFn` (standard inputs only:
+                                                 :class:`StandardPolicyLossFn`)
 kl_fn          ``trinity_core.kl_fns``           :class:`KLFn`
 entropy_loss   ``trinity_core.entropy_losses``   :class:`EntropyLossFn`
 =============  ================================  ==========================================
@@ -45,7 +46,12 @@ from trinity_core.components.base import (
 )
 from trinity_core.components.entropy import EntropyLossFn
 from trinity_core.components.kl import AdaptiveKLController, FixedKLController, KLFn
-from trinity_core.components.policy_loss import BACKEND_KEY_MAPPERS, KeyMapper, PolicyLossFn
+from trinity_core.components.policy_loss import (
+    BACKEND_KEY_MAPPERS,
+    KeyMapper,
+    PolicyLossFn,
+    StandardPolicyLossFn,
+)
 
 KIND_BASES: dict[str, tuple[type, ...]] = {
     "algorithm": (AlgorithmType,),
@@ -82,6 +88,7 @@ __all__ = [
     "LossAggMode",
     "Metrics",
     "PolicyLossFn",
+    "StandardPolicyLossFn",
     "TrainerAdvantage",
     "aggregate_metrics",
     "grouped_order",

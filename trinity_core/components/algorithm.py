@@ -200,7 +200,11 @@ class AlgorithmPreset(AlgorithmType):
 
     Attributes:
         defaults: the default configuration, keys from :data:`ALGORITHM_CONFIG_KEYS`;
-            :meth:`default_config` returns a deep copy, so callers may change what they get.
+            :meth:`default_config` returns a deep copy, so callers may change what they get. A preset
+            that is another one with a few components changed states only the difference,
+            ``defaults = {**GRPOAlgorithm.defaults, "policy_loss_fn": "sapo"}`` (the base's key order
+            is kept), when its distribution depends on the base's; it subclasses the base only if the
+            base's flags and rules apply too.
         config_rules: rules :meth:`check_config` applies in order (:data:`ConfigRule`); shared ones live
             in :mod:`trinity_core.components.preset_rules`.
     """

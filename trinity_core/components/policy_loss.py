@@ -13,6 +13,17 @@ broadcastable). :func:`trinity_core.ops.policy_inputs` selects them under the ma
 
 Unlike trinity-rft 0.6.0, ``__call__`` need not appear in every subclass body: a subclass
 that only changes defaults inherits ``__call__`` and its ``select_keys``.
+
+A loss that takes exactly the standard inputs subclasses :class:`StandardPolicyLossFn` and implements
+``compute(inputs, **kwargs)`` on the :class:`~trinity_core.ops.PolicyInputs` record instead of writing
+``__call__`` and the preamble again::
+
+    class ImportanceSamplingLossFn(StandardPolicyLossFn):
+        \"\"\"Unclipped importance sampling: L = agg(-A r).\"\"\"
+
+        def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+            loss = self.aggregate(-inputs.advantages * inputs.ratio, inputs.mask)
+            return loss, {"pg_loss": loss.detach()}
 """
 
 from __future__ import annotations
@@ -32,8 +43,16 @@ from trinity_core.components._aggregation import (
     wrap_loss_call,
 )
 from trinity_core.components.base import Component
+from trinity_core.ops.ratio import PolicyInputs, policy_inputs
 
-__all__ = ["BACKEND_KEY_MAPPERS", "KeyMapper", "LossAggArgs", "LossAggMode", "PolicyLossFn"]
+__all__ = [
+    "BACKEND_KEY_MAPPERS",
+    "KeyMapper",
+    "LossAggArgs",
+    "LossAggMode",
+    "PolicyLossFn",
+    "StandardPolicyLossFn",
+]
 
 
 class KeyMapper:
@@ -152,4 +171,56 @@ class PolicyLossFn(LossAggregation, Component, ABC):
 
         Returns:
             ``(loss, metrics)``: a 0-d loss and metrics as detached 0-d tensors.
+        """
+
+
+class StandardPolicyLossFn(PolicyLossFn):
+    """Base of policy losses that take exactly the standard inputs: implement :meth:`compute`.
+
+    ``__call__(logprob, old_logprob, action_mask, advantages, **kwargs)`` is written once here: it
+    builds :func:`trinity_core.ops.policy_inputs` (bool mask, compute dtype, the three tensors selected
+    under the mask, lazy ``delta`` / ``log_ratio`` / ``ratio``) and returns ``self.compute(inputs,
+    **kwargs)``. ``select_keys`` is therefore ``old_logprob``, ``action_mask``, ``advantages`` (in the
+    backend's names), and the call, its keywords (``loss_scale=``, ``loss_agg_mode=``) and its metric
+    detaching are those of :class:`PolicyLossFn`::
+
+        class ImportanceSamplingLossFn(StandardPolicyLossFn):
+            \"\"\"Unclipped importance sampling: L = agg(-A r).\"\"\"
+
+            def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+                loss = self.aggregate(-inputs.advantages * inputs.ratio, inputs.mask)
+                return loss, {"pg_loss": loss.detach()}
+
+    A loss that needs other tensors (or must see the raw inputs, e.g. a fused kernel) subclasses
+    :class:`PolicyLossFn` and writes its own ``__call__``.
+    """
+
+    def __call__(  # type: ignore[override]
+        self,
+        logprob: Tensor,
+        old_logprob: Tensor,
+        action_mask: Tensor,
+        advantages: Tensor,
+        **kwargs: Any,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss over the ``action_mask`` tokens, and metrics: :meth:`compute` on the selected inputs.
+
+        Args:
+            logprob: current log-probs ``(B, T)`` (differentiable).
+            old_logprob: log-probs of the sampling policy ``(B, T)``.
+            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
+            advantages: ``(B, T)`` (or broadcastable) advantages.
+            kwargs: passed on to :meth:`compute`.
+
+        Returns:
+            ``(loss, metrics)``: a 0-d loss and metrics as detached 0-d tensors.
+        """
+        return self.compute(policy_inputs(logprob, old_logprob, action_mask, advantages), **kwargs)
+
+    @abstractmethod
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss and metrics from the selected inputs (:class:`~trinity_core.ops.PolicyInputs`).
+
+        Values at masked positions of ``inputs`` are 0; reduce with :meth:`aggregate` over
+        ``inputs.mask``.
         """

@@ -10,46 +10,19 @@ Example::
 
 from __future__ import annotations
 
+import trinity_core.config.models as models
 from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.loading import load_config, read_yaml
-from trinity_core.config.models import (
-    COMPONENT_KEYS,
-    RUN_MODES,
-    AlgorithmConfig,
-    DataConfig,
-    LossAggMode,
-    ModelConfig,
-    ResolvedAlgorithmConfig,
-    ResolvedConfig,
-    RolloutConfig,
-    RunConfig,
-    RunMode,
-    Section,
-    TasksConfig,
-    TrainerConfig,
-)
+from trinity_core.config.models import *  # noqa: F403  (every name of models.__all__, re-exported below)
 from trinity_core.config.resolve import BASE_DEFAULTS, DEFAULT_REPEAT_TIMES, resolve_config
 
 __all__ = [
     "BASE_DEFAULTS",
-    "COMPONENT_KEYS",
     "DEFAULT_REPEAT_TIMES",
-    "RUN_MODES",
-    "AlgorithmConfig",
     "ConfigError",
     "ConfigProblem",
-    "DataConfig",
-    "LossAggMode",
-    "ModelConfig",
-    "ResolvedAlgorithmConfig",
-    "ResolvedConfig",
-    "RolloutConfig",
-    "RunConfig",
-    "RunMode",
-    "Section",
-    "TasksConfig",
-    "TrainerConfig",
     "load_config",
     "read_yaml",
     "resolve_config",
 ]
+__all__ += models.__all__

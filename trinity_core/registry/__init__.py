@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+import trinity_core.registry.errors as errors
+import trinity_core.registry.records as records
 from trinity_core.registry.core import IN_PROCESS, HookSource, Registry, validate_component_args
 from trinity_core.registry.discovery import (
     DISABLE_ENV,
@@ -32,41 +34,19 @@ from trinity_core.registry.discovery import (
     normalize_distribution,
     strict_mode,
 )
-from trinity_core.registry.errors import (
-    ComponentArgsError,
-    PluginConflictError,
-    PluginError,
-    PluginLoadError,
-    UnknownComponentError,
-)
+from trinity_core.registry.errors import *  # noqa: F403  (errors.__all__, re-exported below)
 from trinity_core.registry.hook_plugins import get_plugin_manager
 from trinity_core.registry.kinds import HOOKS_NAMESPACE, KindSpec, get_kind, kinds, register_kind
-from trinity_core.registry.records import (
-    ComponentRecord,
-    Conflict,
-    EntryPointInfo,
-    PluginFailure,
-    Registration,
-)
+from trinity_core.registry.records import *  # noqa: F403  (records.__all__, re-exported below)
 
 __all__ = [
     "DISABLE_ENV",
     "HOOKS_NAMESPACE",
     "IN_PROCESS",
     "STRICT_ENV",
-    "ComponentArgsError",
-    "ComponentRecord",
-    "Conflict",
-    "EntryPointInfo",
     "HookSource",
     "KindSpec",
-    "PluginConflictError",
-    "PluginError",
-    "PluginFailure",
-    "PluginLoadError",
-    "Registration",
     "Registry",
-    "UnknownComponentError",
     "conflicts",
     "create",
     "disabled_distributions",
@@ -85,9 +65,10 @@ __all__ = [
     "validate_args",
     "validate_component_args",
 ]
+__all__ += errors.__all__ + records.__all__
 
 
-def _hook_registrations() -> Iterable[tuple[Registration, EntryPointInfo]]:
+def _hook_registrations() -> Iterable[tuple[records.Registration, records.EntryPointInfo]]:
     return get_plugin_manager().component_registrations()
 
 
@@ -113,7 +94,7 @@ def resolve(kind: str, name: str) -> Any:
     return get_registry().resolve(kind, name)
 
 
-def record(kind: str, name: str) -> ComponentRecord:
+def record(kind: str, name: str) -> records.ComponentRecord:
     """The loaded component with its distribution, version, summary and paper."""
     return get_registry().record(kind, name)
 
@@ -128,17 +109,17 @@ def validate_args(kind: str, name: str, args: Mapping[str, Any] | None = None) -
     return get_registry().validate_args(kind, name, args)
 
 
-def list_components(kind: str | None = None, *, strict: bool | None = None) -> list[ComponentRecord]:
+def list_components(kind: str | None = None, *, strict: bool | None = None) -> list[records.ComponentRecord]:
     """All components, each plugin loaded in isolation; see :meth:`Registry.list_components`."""
     return get_registry().list_components(kind, strict=strict)
 
 
-def conflicts(kind: str | None = None) -> list[Conflict]:
+def conflicts(kind: str | None = None) -> list[records.Conflict]:
     """Names claimed by more than one provider."""
     return get_registry().conflicts(kind)
 
 
-def register(kind: str, name: str, obj: Any, *, replace: bool = False) -> ComponentRecord:
+def register(kind: str, name: str, obj: Any, *, replace: bool = False) -> records.ComponentRecord:
     """Register ``obj`` in-process; see :meth:`Registry.register`."""
     return get_registry().register(kind, name, obj, replace=replace)
 

@@ -58,6 +58,8 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
             return None
         return registry.create(kind, name, getattr(alg, f"{key}_args"), **runtime)
 
+    advantage = add_strategy = None
+    in_trainer = False
     if offline:
         if alg.kl_penalty_fn not in _OFF:
             problems.append(
@@ -68,52 +70,43 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
                     hint="set algorithm.kl_penalty_fn to none, or use kl_loss_fn",
                 )
             )
-        if problems:
-            raise ConfigError(problems)
-        return Components(
-            preset=preset,
-            policy_loss=make("policy_loss", "policy_loss_fn", backend="verl"),
-            kl_loss=make("kl_fn", "kl_loss_fn"),
-            kl_penalty=None,
-            entropy=make("entropy_loss", "entropy_loss_fn"),
-            advantage=None,
-            add_strategy=None,
-            advantage_in_trainer=False,
-        )
-    advantage = make("advantage_fn", "advantage_fn")
-    add_strategy = make("add_strategy", "add_strategy", writer=writer)
-    in_trainer = advantage is not None and type(advantage).compute_in_trainer()
-    if advantage is not None and add_strategy is not None:
-        problems.append(
-            ConfigProblem(
-                "algorithm.add_strategy",
-                f"both advantage_fn {alg.advantage_fn!r} and add_strategy {alg.add_strategy!r} are set; "
-                "an add strategy computes advantages itself",
-                hint="set algorithm.advantage_fn or algorithm.add_strategy to none",
+    else:
+        advantage = make("advantage_fn", "advantage_fn")
+        add_strategy = make("add_strategy", "add_strategy", writer=writer)
+        in_trainer = advantage is not None and type(advantage).compute_in_trainer()
+        if advantage is not None and add_strategy is not None:
+            problems.append(
+                ConfigProblem(
+                    "algorithm.add_strategy",
+                    f"both advantage_fn {alg.advantage_fn!r} and add_strategy {alg.add_strategy!r} are set; "
+                    "an add strategy computes advantages itself",
+                    hint="set algorithm.advantage_fn or algorithm.add_strategy to none",
+                )
             )
-        )
-    if advantage is None and add_strategy is None:
-        problems.append(
-            ConfigProblem(
-                "algorithm.advantage_fn",
-                "neither an advantage function nor an add strategy is selected: nothing computes advantages",
-                hint="set algorithm.advantage_fn (e.g. grpo)",
+        if advantage is None and add_strategy is None:
+            problems.append(
+                ConfigProblem(
+                    "algorithm.advantage_fn",
+                    "neither an advantage function nor an add strategy is selected: nothing computes "
+                    "advantages",
+                    hint="set algorithm.advantage_fn (e.g. grpo)",
+                )
             )
-        )
-    if alg.kl_penalty_fn not in _OFF and not in_trainer:
-        problems.append(
-            ConfigProblem(
-                "algorithm.kl_penalty_fn",
-                "a KL penalty on rewards needs an advantage function that runs in the trainer",
-                hint="use kl_loss_fn instead, or a trainer-side advantage function",
+        if alg.kl_penalty_fn not in _OFF and not in_trainer:
+            problems.append(
+                ConfigProblem(
+                    "algorithm.kl_penalty_fn",
+                    "a KL penalty on rewards needs an advantage function that runs in the trainer",
+                    hint="use kl_loss_fn instead, or a trainer-side advantage function",
+                )
             )
-        )
     if problems:
         raise ConfigError(problems)
     return Components(
         preset=preset,
         policy_loss=make("policy_loss", "policy_loss_fn", backend="verl"),
         kl_loss=make("kl_fn", "kl_loss_fn"),
+        # Offline, a KL penalty other than none was rejected above, so this is None there.
         kl_penalty=make("kl_fn", "kl_penalty_fn"),
         entropy=make("entropy_loss", "entropy_loss_fn"),
         advantage=advantage,

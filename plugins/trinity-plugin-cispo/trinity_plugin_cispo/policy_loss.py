@@ -8,8 +8,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import LOG_RATIO_CLAMP, clamp_log_ratio, masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, StandardPolicyLossFn
+from trinity_core.ops import LOG_RATIO_CLAMP, PolicyInputs, clamp_log_ratio, masked_mean
 
 __all__ = ["LOG_RATIO_CLAMP", "CISPOArgs", "CISPOPolicyLossFn"]
 
@@ -41,7 +41,7 @@ class CISPOArgs(LossAggArgs):
     )
 
 
-class CISPOPolicyLossFn(PolicyLossFn):
+class CISPOPolicyLossFn(StandardPolicyLossFn):
     """CISPO: L = agg(−A · sg(clip(r, 1 − ε_low, 1 + ε_high)) · sg(M) · log π), clipping the IS weight.
 
     Clipped IS-weight Policy Optimization (MiniMax-M1, arXiv:2506.13585). Instead of dropping the
@@ -80,19 +80,8 @@ class CISPOPolicyLossFn(PolicyLossFn):
         loss_agg_mode="token-mean")``."""
         super().__init__(backend=backend, **args)
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(−A · sg(w) · sg(M) · log π)`` over the ``action_mask`` tokens, and metrics.
-
-        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−A · sg(w) · sg(M) · log π)`` over the ``action_mask`` tokens, and metrics."""
         mask, current, adv = inputs.mask, inputs.logprob, inputs.advantages
         with torch.no_grad():
             delta = inputs.delta

@@ -11,24 +11,15 @@ from trinity_core.components import ComponentArgs, Metrics, TrainerAdvantage
 from trinity_plugin_clip_filters.filtering import (
     DEGENERATE_STD,
     clip_metrics,
-    column,
-    entropy_signal,
-    policy_logprobs,
     population_stats,
+    scored_signal,
     store_filter,
-    token_mask,
 )
-from trinity_plugin_clip_filters.grpo import grpo_scores, sequence_rewards
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
 
 __all__ = ["ClipBAdvantageFn", "ClipBArgs"]
-
-ENTROPY_HOW = (
-    "Clip_B needs the per-token entropy of the policy: let the trainer recompute old log-probs "
-    "(bypass_old_logprobs=False) and put the entropy in batch.extras['entropys']."
-)
 
 
 class ClipBArgs(ComponentArgs):
@@ -73,12 +64,7 @@ class ClipBAdvantageFn(TrainerAdvantage):
     def compute(self, batch: ExperienceBatch) -> tuple[Tensor, Tensor, Metrics]:
         """GRPO scores, the Clip_B filter, ``policy_loss_mask`` in ``batch.extras``; no host sync."""
         name = type(self).name()
-        entropy = column(batch, "entropys", name, ENTROPY_HOW)
-        mask = token_mask(batch).to(entropy.device)
-        scores = grpo_scores(
-            sequence_rewards(batch), batch.group_index["task"], batch.num_groups["task"], self.epsilon
-        ).to(entropy.device)
-        signal = entropy_signal(policy_logprobs(batch, name), entropy, mask)
+        mask, scores, signal = scored_signal(batch, name, self.epsilon)
         mean, var = population_stats(signal, mask)
         std = var.sqrt()
         outlier = (signal - mean) < -(self.mu * std)

@@ -9,18 +9,14 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, Metrics, TrainerAdvantage
-from trinity_plugin_clip_filters.clipb import ENTROPY_HOW
 from trinity_plugin_clip_filters.filtering import (
     DEGENERATE_STD,
     clip_metrics,
     column,
-    entropy_signal,
-    policy_logprobs,
     population_stats,
+    scored_signal,
     store_filter,
-    token_mask,
 )
-from trinity_plugin_clip_filters.grpo import grpo_scores, sequence_rewards
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -92,13 +88,8 @@ class ClipVAdvantageFn(TrainerAdvantage):
     def compute(self, batch: ExperienceBatch) -> tuple[Tensor, Tensor, Metrics]:
         """GRPO scores, the Clip_V filter, ``policy_loss_mask`` in ``batch.extras``; no host sync."""
         name = type(self).name()
-        entropy = column(batch, "entropys", name, ENTROPY_HOW)
+        mask, scores, signal = scored_signal(batch, name, self.epsilon)
         necs = column(batch, "necs", name, NECS_HOW)
-        mask = token_mask(batch).to(entropy.device)
-        scores = grpo_scores(
-            sequence_rewards(batch), batch.group_index["task"], batch.num_groups["task"], self.epsilon
-        ).to(entropy.device)
-        signal = entropy_signal(policy_logprobs(batch, name), entropy, mask)
         gap = torch.where(mask, necs.to(torch.float64), 0.0) - signal
         _, var = population_stats(gap, mask)
         std = var.sqrt()

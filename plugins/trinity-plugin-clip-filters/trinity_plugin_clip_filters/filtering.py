@@ -23,18 +23,21 @@ from torch import Tensor
 
 from trinity_core.components import Metrics
 from trinity_core.ops import masked_mean, masked_var
+from trinity_plugin_clip_filters.grpo import grpo_scores, sequence_rewards
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
 
 __all__ = [
     "DEGENERATE_STD",
+    "ENTROPY_HOW",
     "POLICY_LOSS_MASK",
     "clip_metrics",
     "column",
     "entropy_signal",
     "policy_logprobs",
     "population_stats",
+    "scored_signal",
     "store_filter",
     "token_mask",
 ]
@@ -44,6 +47,12 @@ POLICY_LOSS_MASK: Final[str] = "policy_loss_mask"
 
 DEGENERATE_STD: Final[float] = 1e-12
 """Below this batch std of the signal nothing is clipped (as in the reference)."""
+
+ENTROPY_HOW: Final[str] = (
+    "Clip_B needs the per-token entropy of the policy: let the trainer recompute old log-probs "
+    "(bypass_old_logprobs=False) and put the entropy in batch.extras['entropys']."
+)
+"""How to provide the ``entropys`` column, for the ``KeyError`` of a filter that lacks it."""
 
 
 def token_mask(batch: ExperienceBatch) -> Tensor:
@@ -106,3 +115,18 @@ def store_filter(
     per_token = scores.to(torch.float32)[:, None].expand(mask.shape)
     advantages = torch.where(clipped, 0.0, per_token)
     return advantages, per_token.clone()
+
+
+def scored_signal(batch: ExperienceBatch, needed_by: str, epsilon: float) -> tuple[Tensor, Tensor, Tensor]:
+    """What both filters start from: ``(mask, scores, S)`` on the device of the ``entropys`` column.
+
+    ``mask`` is :func:`token_mask`, ``scores`` the GRPO scores over task groups (``epsilon`` added to the
+    group std, :mod:`trinity_plugin_clip_filters.grpo`) and ``S`` the :func:`entropy_signal` of
+    :func:`policy_logprobs`. Raises ``KeyError`` (:data:`ENTROPY_HOW`) without ``entropys``.
+    """
+    entropy = column(batch, "entropys", needed_by, ENTROPY_HOW)
+    mask = token_mask(batch).to(entropy.device)
+    scores = grpo_scores(
+        sequence_rewards(batch), batch.group_index["task"], batch.num_groups["task"], epsilon
+    ).to(entropy.device)
+    return mask, scores, entropy_signal(policy_logprobs(batch, needed_by), entropy, mask)

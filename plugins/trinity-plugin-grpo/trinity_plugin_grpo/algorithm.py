@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from trinity_plugin_ppo import PPOAlgorithm
+
 from trinity_core.components import AlgorithmPreset
 from trinity_core.components.preset_rules import advantage_placement
 
@@ -28,11 +30,8 @@ class GRPOAlgorithm(AlgorithmPreset):
 
     paper = "https://arxiv.org/abs/2402.03300"
     defaults: ClassVar[Mapping[str, Any]] = {
+        **PPOAlgorithm.defaults,
         "repeat_times": 2,
         "advantage_fn": "grpo",
-        "policy_loss_fn": "ppo",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "k2",
-        "entropy_loss_fn": "default",
     }
     config_rules = (advantage_placement,)

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from trinity_core.components import AlgorithmPreset
 from trinity_core.components.preset_rules import advantage_placement, no_kl_without_reference
+from trinity_plugin_grpo.algorithm import GRPOAlgorithm
 
 __all__ = ["DAPOAlgorithm"]
 
@@ -31,11 +32,8 @@ class DAPOAlgorithm(AlgorithmPreset):
     paper = "https://arxiv.org/abs/2503.14476"
     use_reference = False
     defaults: ClassVar[Mapping[str, Any]] = {
+        **GRPOAlgorithm.defaults,
         "repeat_times": 16,
-        "advantage_fn": "grpo",
-        "policy_loss_fn": "ppo",
-        "kl_penalty_fn": "none",
         "kl_loss_fn": "none",
-        "entropy_loss_fn": "default",
     }
     config_rules = (advantage_placement, no_kl_without_reference)

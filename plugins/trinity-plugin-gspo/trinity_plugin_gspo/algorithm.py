@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from trinity_plugin_grpo import GRPOAlgorithm
+
 from trinity_core.components import AlgorithmPreset
 
 __all__ = ["GSPOAlgorithm"]
@@ -25,11 +27,4 @@ class GSPOAlgorithm(AlgorithmPreset):
     """
 
     paper = "https://arxiv.org/abs/2507.18071"
-    defaults: ClassVar[Mapping[str, Any]] = {
-        "repeat_times": 2,
-        "advantage_fn": "grpo",
-        "policy_loss_fn": "gspo",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "k2",
-        "entropy_loss_fn": "default",
-    }
+    defaults: ClassVar[Mapping[str, Any]] = {**GRPOAlgorithm.defaults, "policy_loss_fn": "gspo"}

@@ -9,8 +9,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, PolicyLossFn
-from trinity_core.ops import masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, StandardPolicyLossFn
+from trinity_core.ops import PolicyInputs, masked_mean
 
 __all__ = ["DEFAULT_LOG_CLIP_RANGE", "GEO_LOG_RATIO_CLAMP", "GMPOArgs", "GMPOPolicyLossFn"]
 
@@ -55,7 +55,7 @@ def _resolve(own: float | None, shared: float | None) -> float:
     return DEFAULT_LOG_CLIP_RANGE if shared is None else shared
 
 
-class GMPOPolicyLossFn(PolicyLossFn):
+class GMPOPolicyLossFn(StandardPolicyLossFn):
     """GMPO: maximise A_b times the geometric mean of the sign-aware clipped token ratios of sequence b.
 
     Geometric-Mean Policy Optimization (Zhao et al., arXiv:2507.20673; verl ``geo_mean``). Per row ``b``
@@ -106,23 +106,8 @@ class GMPOPolicyLossFn(PolicyLossFn):
         args: GMPOArgs = self.args  # type: ignore[assignment]
         return _resolve(args.clip_range_high, args.clip_range)
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(−A_b ρ_b)`` over the ``action_mask`` tokens, and metrics.
-
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages; averaged per sequence.
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−A_b ρ_b)`` over the masked tokens (advantages averaged per row), and metrics."""
         mask, dtype = inputs.mask, inputs.dtype
         delta = inputs.delta
         seq_adv = masked_mean(inputs.advantages, mask, dim=-1)

@@ -8,8 +8,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, PolicyLossFn
-from trinity_core.ops import masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, StandardPolicyLossFn
+from trinity_core.ops import PolicyInputs, masked_mean
 
 __all__ = [
     "DEFAULT_CLIP_RANGE_HIGH",
@@ -62,7 +62,7 @@ def _resolve(own: float | None, shared: float | None, default: float) -> float:
     return default if shared is None else shared
 
 
-class GSPOLossFn(PolicyLossFn):
+class GSPOLossFn(StandardPolicyLossFn):
     """GSPO: PPO-clip on the sequence ratio s_b = exp(mean_t(log π − log π_old)), per-token gradient.
 
     Group Sequence Policy Optimization (Zheng et al., arXiv:2507.18071), token form ("GSPO-token"). Per
@@ -113,19 +113,8 @@ class GSPOLossFn(PolicyLossFn):
         args: GSPOArgs = self.args  # type: ignore[assignment]
         return _resolve(args.clip_range_high, args.clip_range, DEFAULT_CLIP_RANGE_HIGH)
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(ℓ)`` over the ``action_mask`` tokens, and metrics.
-
-        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(ℓ)`` over the ``action_mask`` tokens, and metrics."""
         mask, dtype, current = inputs.mask, inputs.dtype, inputs.logprob
         delta = inputs.delta
         seq_delta = masked_mean(delta, mask, dim=-1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from trinity_plugin_grpo import GRPOAlgorithm
+
 from trinity_core.components import AlgorithmPreset
 
 __all__ = ["MIXAlgorithm"]
@@ -22,10 +24,8 @@ class MIXAlgorithm(AlgorithmPreset):
     """
 
     defaults: ClassVar[Mapping[str, Any]] = {
+        **GRPOAlgorithm.defaults,
         "repeat_times": 8,
-        "advantage_fn": "grpo",
         "policy_loss_fn": "mix",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "k2",
         "entropy_loss_fn": "mix",
     }

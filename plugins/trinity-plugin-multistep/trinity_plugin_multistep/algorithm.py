@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from trinity_plugin_ppo import PPOAlgorithm
+
 from trinity_core.components import AlgorithmPreset
 
 __all__ = ["MultiStepGRPOAlgorithm"]
@@ -21,10 +23,7 @@ class MultiStepGRPOAlgorithm(AlgorithmPreset):
     """
 
     defaults: ClassVar[Mapping[str, Any]] = {
+        **PPOAlgorithm.defaults,
         "repeat_times": 8,
         "advantage_fn": "step_wise_grpo",
-        "policy_loss_fn": "ppo",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "k2",
-        "entropy_loss_fn": "default",
     }

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from trinity_core.components import AlgorithmPreset
+from trinity_plugin_opmd.opmd_algorithm import OPMDAlgorithm
 
 __all__ = ["AsymREAlgorithm"]
 
@@ -22,10 +23,8 @@ class AsymREAlgorithm(AlgorithmPreset):
     paper = "https://arxiv.org/abs/2506.20520"
     use_reference = False
     defaults: ClassVar[Mapping[str, Any]] = {
-        "repeat_times": 2,
+        **OPMDAlgorithm.defaults,
         "advantage_fn": "asymre",
-        "policy_loss_fn": "opmd",
-        "kl_penalty_fn": "none",
         "kl_loss_fn": "none",
         "entropy_loss_fn": "none",
     }

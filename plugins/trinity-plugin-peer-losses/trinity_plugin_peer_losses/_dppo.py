@@ -9,8 +9,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import clamp_log_ratio, masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, StandardPolicyLossFn
+from trinity_core.ops import PolicyInputs, clamp_log_ratio, masked_mean
 
 __all__ = ["DPPOArgs", "DPPOPolicyLossBase"]
 
@@ -50,7 +50,7 @@ class DPPOArgs(LossAggArgs):
     )
 
 
-class DPPOPolicyLossBase(PolicyLossFn):
+class DPPOPolicyLossBase(StandardPolicyLossFn):
     """Base of the DPPO losses: masked REINFORCE with truncated IS, L = agg(−A · sg(min(r, C)) · M · log π).
 
     Divergence Proximal Policy Optimization (*Rethinking the Trust Region in LLM Reinforcement Learning*,
@@ -110,19 +110,8 @@ class DPPOPolicyLossBase(PolicyLossFn):
         mask afterwards).
         """
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(−A · sg(min(r, C)) · M · log π)`` over the ``action_mask`` tokens, and metrics.
-
-        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−A · sg(min(r, C)) · M · log π)`` over the ``action_mask`` tokens, and metrics."""
         mask, dtype = inputs.mask, inputs.dtype
         lp, old, adv = inputs.logprob, inputs.old_logprob, inputs.advantages
         with torch.no_grad():

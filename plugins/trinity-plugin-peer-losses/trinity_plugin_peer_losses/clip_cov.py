@@ -8,8 +8,8 @@ import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, StandardPolicyLossFn
+from trinity_core.ops import PolicyInputs, masked_mean
 from trinity_plugin_peer_losses._covariance import selection_count, token_covariance, top_k_mask
 
 __all__ = ["ClipCovArgs", "ClipCovPolicyLossFn"]
@@ -56,7 +56,7 @@ class ClipCovArgs(LossAggArgs):
         return self
 
 
-class ClipCovPolicyLossFn(PolicyLossFn):
+class ClipCovPolicyLossFn(StandardPolicyLossFn):
     """Clip-Cov: PPO-clip loss that also cuts the gradient of the top-covariance tokens.
 
     Cui et al., *The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models*
@@ -118,19 +118,8 @@ class ClipCovPolicyLossFn(PolicyLossFn):
         candidates = mask & ~ppo_clipped & (cov > self.clip_cov_lb) & (cov < self.clip_cov_ub)
         return top_k_mask(cov, candidates, selection_count(mask, self.clip_cov_ratio))
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(ℓ · [t ∉ S])`` over the ``action_mask`` tokens, and metrics.
-
-        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(ℓ · [t ∉ S])`` over the ``action_mask`` tokens, and metrics."""
         mask, dtype = inputs.mask, inputs.dtype
         low = self.clip_range if self.clip_range_low is None else self.clip_range_low
         high = self.clip_range if self.clip_range_high is None else self.clip_range_high

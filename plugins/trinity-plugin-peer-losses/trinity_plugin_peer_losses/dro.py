@@ -8,8 +8,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, StandardPolicyLossFn
+from trinity_core.ops import PolicyInputs, masked_mean
 
 __all__ = ["DROArgs", "DROPolicyLossFn"]
 
@@ -28,7 +28,7 @@ class DROArgs(LossAggArgs):
     )
 
 
-class DROPolicyLossFn(PolicyLossFn):
+class DROPolicyLossFn(StandardPolicyLossFn):
     """DRO: offline policy loss L = agg(−(A · log π − β/2 · (log π − log π_old)²)).
 
     Direct Reward Optimisation (Richemond et al., *Offline Regularised Reinforcement Learning for Large
@@ -64,23 +64,8 @@ class DROPolicyLossFn(PolicyLossFn):
         """``DROPolicyLossFn(backend="verl", dro_beta=1.0, loss_agg_mode="token-mean")``."""
         super().__init__(backend=backend, **args)
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(−(A · log π − β/2 · δ²))`` over the ``action_mask`` tokens, and metrics.
-
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the data (behaviour) policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages.
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−(A · log π − β/2 · δ²))`` over the ``action_mask`` tokens, and metrics."""
         mask, lp, delta = inputs.mask, inputs.logprob, inputs.delta
         penalty = 0.5 * self.dro_beta * delta.square()
         per_token = -(inputs.advantages * lp - penalty)

@@ -8,8 +8,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import clamp_log_ratio, masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, StandardPolicyLossFn
+from trinity_core.ops import PolicyInputs, clamp_log_ratio, masked_mean
 from trinity_plugin_peer_losses._covariance import selection_count, token_covariance, top_k_mask
 
 __all__ = ["KLCovArgs", "KLCovPolicyLossFn"]
@@ -32,7 +32,7 @@ class KLCovArgs(LossAggArgs):
     )
 
 
-class KLCovPolicyLossFn(PolicyLossFn):
+class KLCovPolicyLossFn(StandardPolicyLossFn):
     """KL-Cov: unclipped policy-gradient loss with a KL penalty on the top-covariance tokens.
 
     Cui et al., *The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models*
@@ -83,19 +83,8 @@ class KLCovPolicyLossFn(PolicyLossFn):
         cov = token_covariance(advantages, logprob, mask)
         return top_k_mask(cov, mask, selection_count(mask, self.kl_cov_ratio))
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(−A r + β |δ| · [t ∈ S])`` over the ``action_mask`` tokens, and metrics.
-
-        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−A r + β |δ| · [t ∈ S])`` over the ``action_mask`` tokens, and metrics."""
         mask, dtype, lp, adv = inputs.mask, inputs.dtype, inputs.logprob, inputs.advantages
         delta = inputs.delta
         ratio = torch.exp(clamp_log_ratio(delta))

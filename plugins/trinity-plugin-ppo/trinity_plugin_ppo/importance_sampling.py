@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, StandardPolicyLossFn
+from trinity_core.ops import PolicyInputs, masked_mean
 
 __all__ = ["ImportanceSamplingArgs", "ImportanceSamplingLossFn"]
 
@@ -17,7 +17,7 @@ class ImportanceSamplingArgs(LossAggArgs):
     """Arguments of :class:`ImportanceSamplingLossFn`: only ``loss_agg_mode`` (default ``token-mean``)."""
 
 
-class ImportanceSamplingLossFn(PolicyLossFn):
+class ImportanceSamplingLossFn(StandardPolicyLossFn):
     """Unclipped importance-sampling loss L = agg(−A·r), r = exp(clamp(log π − log π_old, ±20)).
 
     The gradient is ``−A·r·∇log π`` per token: the off-policy-corrected policy gradient without PPO's
@@ -37,19 +37,8 @@ class ImportanceSamplingLossFn(PolicyLossFn):
         """``ImportanceSamplingLossFn(backend="verl", loss_agg_mode="token-mean")``."""
         super().__init__(backend=backend, **args)
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(−A·r)`` over the ``action_mask`` tokens, and metrics.
-
-        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−A·r)`` over the ``action_mask`` tokens, and metrics."""
         mask = inputs.mask
         delta = inputs.log_ratio
         ratio = torch.exp(delta)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from trinity_plugin_ppo import PPOAlgorithm
+
 from trinity_core.components import AlgorithmPreset
 
 __all__ = ["ReinforcePlusPlusAlgorithm"]
@@ -23,10 +25,7 @@ class ReinforcePlusPlusAlgorithm(AlgorithmPreset):
     paper = "https://arxiv.org/abs/2501.03262"
     compute_advantage_in_trainer = True
     defaults: ClassVar[Mapping[str, Any]] = {
+        **PPOAlgorithm.defaults,
         "repeat_times": 2,
         "advantage_fn": "reinforceplusplus",
-        "policy_loss_fn": "ppo",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "k2",
-        "entropy_loss_fn": "default",
     }

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from trinity_plugin_opmd import AsymREAlgorithm
+
 from trinity_core.components import AlgorithmPreset
 
 __all__ = ["sPPOAlgorithm"]
@@ -26,10 +28,7 @@ class sPPOAlgorithm(AlgorithmPreset):  # trinity-rft's class name
     paper = "https://arxiv.org/abs/2108.05828"
     use_reference = False
     defaults: ClassVar[Mapping[str, Any]] = {
-        "repeat_times": 2,
+        **AsymREAlgorithm.defaults,
         "advantage_fn": "opmd",
         "policy_loss_fn": "sppo",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "none",
-        "entropy_loss_fn": "none",
     }

@@ -9,8 +9,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, StandardPolicyLossFn
+from trinity_core.ops import PolicyInputs, masked_mean
 
 __all__ = ["SPPOArgs", "sPPOPolicyLossFn"]
 
@@ -26,7 +26,7 @@ class SPPOArgs(LossAggArgs):
     )
 
 
-class sPPOPolicyLossFn(PolicyLossFn):  # trinity-rft's class name, lower-case s included
+class sPPOPolicyLossFn(StandardPolicyLossFn):  # trinity-rft's class name, lower-case s included
     """sPPO: L = agg(−A · (log π − log π_old) · 1[1/(1+ε) ≤ r ≤ 1+ε]), r = π/π_old (no gradient through r).
 
     The ``sppo`` loss of the reference (arXiv:2108.05828): a policy gradient on the log-ratio whose
@@ -64,19 +64,8 @@ class sPPOPolicyLossFn(PolicyLossFn):  # trinity-rft's class name, lower-case s 
         """Half-width of the band in log space: ``log(1 + ε)``."""
         return math.log1p(self.epsilon)
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(−A · δ · in)`` over the ``action_mask`` tokens, and metrics.
-
-        The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−A · δ · in)`` over the ``action_mask`` tokens, and metrics."""
         mask, dtype, adv = inputs.mask, inputs.dtype, inputs.advantages
         delta = inputs.delta
         in_band = delta.detach().abs() <= self.log_band

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from trinity_plugin_reinforce import ReinforcePlusPlusAlgorithm
+
 from trinity_core.components import AlgorithmPreset
 
 __all__ = ["TOPRAlgorithm"]
@@ -26,10 +28,7 @@ class TOPRAlgorithm(AlgorithmPreset):
 
     paper = "https://arxiv.org/abs/2503.14286"
     defaults: ClassVar[Mapping[str, Any]] = {
-        "repeat_times": 2,
+        **ReinforcePlusPlusAlgorithm.defaults,
         "advantage_fn": "reinforce",
         "policy_loss_fn": "topr",
-        "kl_penalty_fn": "none",
-        "kl_loss_fn": "k2",
-        "entropy_loss_fn": "default",
     }

@@ -8,8 +8,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import LOG_RATIO_CLAMP, masked_mean, policy_inputs
+from trinity_core.components import ComponentArgs, LossAggArgs, StandardPolicyLossFn
+from trinity_core.ops import LOG_RATIO_CLAMP, PolicyInputs, masked_mean
 
 __all__ = ["LOG_RATIO_CLAMP", "TOPRArgs", "TOPRPolicyLossFn"]
 
@@ -27,7 +27,7 @@ class TOPRArgs(LossAggArgs):
     )
 
 
-class TOPRPolicyLossFn(PolicyLossFn):
+class TOPRPolicyLossFn(StandardPolicyLossFn):
     """TOPR: L = agg(−sg(α)·A·log π), α = clip(π/π_old, 0, 1) if A ≤ threshold else 1.
 
     Tapered Off-Policy REINFORCE (Le Roux et al., arXiv:2503.14286). Positive examples (``A >
@@ -58,23 +58,8 @@ class TOPRPolicyLossFn(PolicyLossFn):
         """``TOPRPolicyLossFn(backend="verl", advantage_threshold=0.0, loss_agg_mode="token-mean")``."""
         super().__init__(backend=backend, **args)
 
-    def __call__(  # type: ignore[override]
-        self,
-        logprob: Tensor,
-        old_logprob: Tensor,
-        action_mask: Tensor,
-        advantages: Tensor,
-        **kwargs: Any,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Loss ``agg(−sg(α)·A·log π)`` over the ``action_mask`` tokens, and metrics.
-
-        Args:
-            logprob: current log-probs ``(B, T)`` (differentiable).
-            old_logprob: log-probs of the sampling policy ``(B, T)``.
-            action_mask: ``(B, T)``, True / non-zero on the tokens that count.
-            advantages: ``(B, T)`` (or broadcastable) advantages or rewards.
-        """
-        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+    def compute(self, inputs: PolicyInputs, **kwargs: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss ``agg(−sg(α)·A·log π)`` over the masked tokens (A: advantages or rewards), and metrics."""
         mask, current, adv = inputs.mask, inputs.logprob, inputs.advantages
         with torch.no_grad():
             ratio = inputs.ratio
