@@ -340,10 +340,16 @@ def test_bad_reward_functions_are_one_line(
     real = rewards.combine_rewards
 
     def spy(
-        fns: Any, weights: Any, names: Any, prompts: list[str], completions: list[str], fields: Any
+        fns: Any,
+        weights: Any,
+        names: Any,
+        prompts: list[str],
+        completions: list[str],
+        fields: Any,
+        **kwargs: Any,
     ) -> Any:
         seen.update(p=prompts[0], c=completions[0])
-        return real(fns, weights, names, prompts, completions, fields)
+        return real(fns, weights, names, prompts, completions, fields, **kwargs)
 
     monkeypatch.setattr("trinity_core.train.loop.combine_rewards", spy)
     registry.register("reward_fn", "bad_reward", fn)

@@ -73,7 +73,9 @@ def test_decode_spells_the_response_before_eos_once_per_distinct_row() -> None:
         return list(tok.batch_decode(batch))
 
     trainer = SimpleNamespace(tokenizer=SimpleNamespace(batch_decode=batch_decode))
-    assert Trainer._decode(trainer, rollout) == ["5", "5", "757", "<pad>", "5"]  # type: ignore[arg-type]
+    texts, ids = Trainer._decode(trainer, rollout)  # type: ignore[arg-type]
+    assert texts == ["5", "5", "757", "<pad>", "5"]
+    assert ids == [(five,), (five,), (seven, five, seven), (pad,), (five,)]  # before EOS, for reward fns
     assert calls == [[[five], [seven, five, seven], [pad]]]
 
 

@@ -12,9 +12,10 @@ without it (``trinity plugins list`` shows them on a core installed alone).
 
 from __future__ import annotations
 
+from trinity_core.train.dataset_io import TaskDataError
 from trinity_core.train.rewards import exact_match
 from trinity_core.train.run import DEFAULT_CONFIG, RunDirError, apply_overrides, train
-from trinity_core.train.tasks import Task, TaskDataError
+from trinity_core.train.tasks import Task
 
 __all__ = [
     "DEFAULT_CONFIG",

@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 LATEST = "latest"
+CONFIG_FILE = "config.yaml"
+"""The resolved configuration of a run, in the run directory (what ``--resume`` and export read)."""
 MANIFEST = "manifest.json"
 
 

@@ -33,7 +33,7 @@ def find_checkpoint(run_dir: Path, step: int | None) -> Path:
         ExportError: ``run_dir`` is not a run, it has no intact checkpoint, or ``step`` has none.
     """
     from trinity_core.train import checkpoint as ckpt
-    from trinity_core.train.run import CONFIG_FILE
+    from trinity_core.train.checkpoint import CONFIG_FILE
 
     if not (run_dir / CONFIG_FILE).is_file():
         raise ExportError(f"{run_dir}: no {CONFIG_FILE} there; give the directory of a trinity train run")
@@ -63,8 +63,8 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
     from trinity_core.config import resolve_config
     from trinity_core.config.loading import read_yaml_mapping
     from trinity_core.train.build import build_task
+    from trinity_core.train.checkpoint import CONFIG_FILE
     from trinity_core.train.model import load_policy
-    from trinity_core.train.run import CONFIG_FILE
 
     config = resolve_config(read_yaml_mapping(run_dir / CONFIG_FILE))
     mcfg = config.model

@@ -25,6 +25,7 @@ from filelock import FileLock, Timeout
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, resolve_config
 from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
+from trinity_core.train.checkpoint import CONFIG_FILE
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -60,7 +61,6 @@ DEFAULT_CONFIG: dict[str, Any] = {
 character tokenizer learns the last digit of a+b with GRPO (16 responses per prompt, 16 prompts per
 step, AdamW lr 3e-4, clip 0.2, grad-norm 1.0, no KL, token-mean), 800 steps, fully offline."""
 
-CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"
 """Held (``filelock``) by the main process of the run writing the directory, for the run's lifetime."""
 
