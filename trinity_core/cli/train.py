@@ -82,6 +82,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
         lines.append(f"greedy accuracy on held-out prompts: {result.eval_accuracy:.3f}")
     if result.profile is not None:
         lines.append(format_profile(result.profile))
-    lines.append(f"run directory: {result.run_dir} (config.yaml, metrics.jsonl, checkpoints/, plot.png)")
+    contents = "config.yaml, metrics.jsonl, checkpoints/, model/, plot.png"
+    lines.append(f"run directory: {result.run_dir} ({contents})")
     print("\n".join(lines))
     return 0
