@@ -256,7 +256,7 @@ def test_unknown_keys_and_bad_values_are_rejected():
     with pytest.raises(pydantic.ValidationError, match="clip_range"):
         PPOLike.validate_args({"clip_range": -1})
     with pytest.raises(pydantic.ValidationError, match="loss_agg_mode"):
-        PPOLike.validate_args({"loss_agg_mode": "token-sum"})
+        PPOLike.validate_args({"loss_agg_mode": "token_sum"})
 
 
 def test_user_args_merge_per_key_over_defaults():

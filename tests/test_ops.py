@@ -101,6 +101,7 @@ def _golden_batch(device: str = "cpu") -> tuple[Tensor, Tensor]:
         ("seq-mean-token-sum", 3.5),  # (3 + 4) / 2 non-empty rows
         ("seq-mean-token-mean", 2.75),  # (1.5 + 4) / 2 non-empty rows
         ("seq-mean-token-sum-norm", 7.0 / (2 * 4.0)),  # total / (2 rows * max_tokens 4)
+        ("token-sum", 7.0),  # 1 + 2 + 4, no normaliser (verl 0.9.1)
     ],
 )
 def test_aggregate_loss_golden(device: str, mode: str, expected: float) -> None:
@@ -118,6 +119,7 @@ def test_aggregate_loss_golden(device: str, mode: str, expected: float) -> None:
         ("seq-mean-token-sum", 7.0 / 5.0 * 2),
         ("seq-mean-token-mean", 5.5 / 5.0 * 2),
         ("seq-mean-token-sum-norm", 7.0 / (5.0 * 4.0) * 2),
+        ("token-sum", 7.0 * 2),  # local sum * world size; no normaliser
     ],
 )
 def test_aggregate_loss_golden_global(mode: str, expected: float) -> None:
@@ -168,7 +170,25 @@ def test_aggregate_loss_errors() -> None:
         "seq-mean-token-sum",
         "seq-mean-token-mean",
         "seq-mean-token-sum-norm",
+        "token-sum",
     )
+
+
+def test_token_sum_golden_of_the_issue() -> None:
+    """verl 0.9.1's ``token-sum``: the masked sum, NaN at masked positions ignored, times ``world_size``."""
+    v = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    m = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    loss = aggregate_loss(v, m, "token-sum")
+    assert loss.tolist() == 7.0
+    (grad,) = torch.autograd.grad(loss, v)
+    assert torch.equal(grad, m.to(grad.dtype))
+    planted = torch.where(m.bool(), v.detach(), torch.full_like(v, float("nan"))).requires_grad_()
+    loss = aggregate_loss(planted, m, "token-sum")
+    (grad,) = torch.autograd.grad(loss, planted)
+    assert loss.tolist() == 7.0
+    assert torch.equal(grad, m.to(grad.dtype))
+    assert aggregate_loss(v, m, "token-sum", world_size=4).tolist() == 28.0
+    assert aggregate_loss(v, m, "token-sum", normalizer=100, seq_normalizer=9).tolist() == 7.0
 
 
 @pytest.mark.parametrize("device", DEVICES)

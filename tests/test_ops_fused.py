@@ -96,7 +96,7 @@ def test_aggregate_row_weights_are_the_derivative_of_aggregate_row_sums(
     torch.testing.assert_close(weights, rows.grad, rtol=1e-12, atol=1e-15)
     torch.testing.assert_close((weights * rows).sum(), total, rtol=1e-12, atol=1e-15)
     with pytest.raises(ValueError, match="unknown loss_agg_mode"):
-        aggregate_row_weights(counts, "token-sum")
+        aggregate_row_weights(counts, "token_sum")
     with pytest.raises(ValueError, match="max_tokens"):
         aggregate_row_weights(counts, "seq-mean-token-sum-norm")
 
@@ -128,7 +128,7 @@ def test_loss_with_local_gradient_backward_is_row_coef_times_local_grad() -> Non
 def test_aggregate_row_sums_validates_like_aggregate_loss() -> None:
     rows, counts = torch.ones(2), torch.ones(2)
     with pytest.raises(ValueError, match="unknown loss_agg_mode"):
-        aggregate_row_sums(rows, counts, "token-sum")
+        aggregate_row_sums(rows, counts, "token_sum")
     with pytest.raises(ValueError, match="max_tokens"):
         aggregate_row_sums(rows, counts, "seq-mean-token-sum-norm")
 

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LossAggArgs", "LossAggMode", "LossAggregation"]
 
-LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LossAggMode = Literal[
+    "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum"
+]
 """The valid ``loss_agg_mode`` names (:data:`trinity_core.ops.LOSS_AGG_MODES`)."""
 
 #: Keywords the trainer may pass to every loss call; consumed here unless the function declares them.
@@ -43,8 +45,8 @@ class LossAggArgs(ComponentArgs):
     loss_agg_mode: LossAggMode = Field(
         "token-mean",
         description=(
-            "How per-token losses are reduced: token-mean, seq-mean-token-sum, seq-mean-token-mean or "
-            "seq-mean-token-sum-norm (formulas in trinity_core.ops.aggregate)."
+            "How per-token losses are reduced: token-mean, seq-mean-token-sum, seq-mean-token-mean, "
+            "seq-mean-token-sum-norm or token-sum (formulas in trinity_core.ops.aggregate)."
         ),
     )
 

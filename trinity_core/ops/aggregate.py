@@ -8,7 +8,9 @@ Modes (``v`` values, ``m`` mask, ``b`` rows with at least one selected token, ``
 * ``seq-mean-token-mean``: ``Σ_b (S_b / n_b) / N_seq`` (GRPO paper);
 * ``seq-mean-token-sum-norm``: ``Σ_b S_b / (N_seq · max_tokens)`` (Dr. GRPO: the token sum of each
   sequence divided by a configured constant ``max_tokens``, typically the generation budget, then
-  averaged over sequences).
+  averaged over sequences);
+* ``token-sum``: ``Σ_b S_b · world_size`` (verl 0.9.1: no token or sequence normaliser; the loss is the
+  plain sum of the selected per-token values).
 
 ``N_seq`` counts only rows with at least one selected token: fully masked rows are excluded from the
 sequence mean, as in verl (the reference counts them as zeros). Empty counts are clamped to 1, so an
@@ -26,7 +28,11 @@ makes the loss depend on how a batch is cut into micro-batches and ranks (as in 
   ranks; ``mean_ranks(world_size · Σ_local / N_global) = Σ_global / N_global``.
 
 With that convention the accumulated, all-reduced gradient equals the gradient of the whole batch
-aggregated in one call. ``world_size`` multiplies only a term that uses a global normalizer.
+aggregated in one call. ``world_size`` multiplies only a term that uses a global normalizer, except in
+``token-sum``: that mode has no normaliser, so its loss is always multiplied by ``world_size`` (as verl
+does with ``dp_size``); summed over micro-batches and averaged over ranks, the gradient is the sum over
+every selected token of the whole batch. ``world_size`` is 1 by default, so one process gets the plain
+masked sum.
 """
 
 from __future__ import annotations
@@ -45,8 +51,9 @@ LOSS_AGG_MODES: Final[tuple[str, ...]] = (
     "seq-mean-token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
+    "token-sum",
 )
-"""The valid ``loss_agg_mode`` names, in the order of the reference."""
+"""The valid ``loss_agg_mode`` names: the reference's four, in its order, then verl's ``token-sum``."""
 
 Count = Tensor | float | int
 
@@ -82,12 +89,12 @@ def aggregate_loss(
         loss_agg_mode: one of :data:`LOSS_AGG_MODES` (formulas in the module docstring).
         normalizer: global token count ``N_tok`` for ``token-mean`` (ignored by the other modes).
         seq_normalizer: global count ``N_seq`` of sequences with at least one selected token, for the
-            three ``seq-mean-*`` modes (ignored by ``token-mean``).
+            three ``seq-mean-*`` modes (ignored by ``token-mean`` and ``token-sum``).
         max_tokens: the constant of ``seq-mean-token-sum-norm`` (required there; Dr. GRPO uses the
             maximum response length). It is never inferred from the padded width ``T``, which would
             change with the batch's padding.
         world_size: number of data-parallel ranks whose gradients are averaged; multiplies the loss
-            when a global normalizer is used (see the module docstring).
+            when a global normalizer is used, and always in ``token-sum`` (see the module docstring).
 
     Returns:
         A 0-d tensor on ``values``' device, in ``values``' dtype (sums and the division run in at least
@@ -126,6 +133,8 @@ def aggregate_loss(
     if loss_agg_mode == "token-mean":
         denom, factor = _denominator(m.sum(), normalizer, world_size, acc)
         loss = masked_sum(v, m) / denom * factor
+    elif loss_agg_mode == "token-sum":
+        loss = masked_sum(v, m) * float(world_size)
     else:
         row_sum = masked_sum(v, m, dim=-1)
         row_count = m.sum(dim=-1)

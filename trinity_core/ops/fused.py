@@ -85,8 +85,9 @@ def aggregate_row_sums(
     ``row_sum`` ``(B,)`` holds ``S_b = Σ_t m·v``, ``row_count`` ``(B,)`` holds ``n_b = Σ_t m`` in the same
     floating dtype. With ``N_tok = Σ n_b`` and ``N_seq = #{b : n_b > 0}`` (or the global counts):
     ``token-mean`` ``Σ S_b / N_tok``; ``seq-mean-token-sum`` ``Σ S_b / N_seq``; ``seq-mean-token-mean``
-    ``Σ (S_b / max(n_b, 1)) / N_seq``; ``seq-mean-token-sum-norm`` ``Σ S_b / (N_seq · max_tokens)``. Counts
-    are clamped to 1 and a global count multiplies the loss by ``world_size``, as in ``aggregate_loss``.
+    ``Σ (S_b / max(n_b, 1)) / N_seq``; ``seq-mean-token-sum-norm`` ``Σ S_b / (N_seq · max_tokens)``;
+    ``token-sum`` ``Σ S_b · world_size``. Counts are clamped to 1 and a global count multiplies the loss by
+    ``world_size``, as in ``aggregate_loss``.
 
     Raises:
         ValueError: unknown mode, or ``max_tokens`` missing or not positive for ``seq-mean-token-sum-norm``.
@@ -95,6 +96,8 @@ def aggregate_row_sums(
     if loss_agg_mode == "token-mean":
         denom, factor = _global_denominator(row_count.sum(), normalizer, world_size)
         return row_sum.sum() / denom * factor
+    if loss_agg_mode == "token-sum":
+        return row_sum.sum() * float(world_size)
     denom, factor = _global_denominator((row_count > 0).sum().to(row_sum.dtype), seq_normalizer, world_size)
     if loss_agg_mode == "seq-mean-token-mean":
         total = (row_sum / row_count.clamp_min(1)).sum()
@@ -118,7 +121,8 @@ def aggregate_row_weights(
     Every mode is linear in the row sums ``S_b`` with coefficients that depend only on the counts and
     the normalizers, so ``c_b = ∂L/∂S_b``: ``token-mean`` ``1/N_tok``; ``seq-mean-token-sum``
     ``1/N_seq``; ``seq-mean-token-mean`` ``1/(max(n_b, 1)·N_seq)``; ``seq-mean-token-sum-norm``
-    ``1/(N_seq·max_tokens)``; with the clamping and ``world_size`` factor of :func:`aggregate_row_sums`.
+    ``1/(N_seq·max_tokens)``; ``token-sum`` ``world_size``; with the clamping and ``world_size`` factor
+    of :func:`aggregate_row_sums`.
     A fused loss computes its value as ``Σ c_b S_b`` and its gradient as ``c_b`` times the per-token
     derivative (:func:`loss_with_local_gradient`): one backward node instead of the graph of the
     aggregation. Same validation (``ValueError``) as :func:`aggregate_row_sums`.
@@ -127,6 +131,8 @@ def aggregate_row_weights(
     if loss_agg_mode == "token-mean":
         denom, factor = _global_denominator(row_count.sum(), normalizer, world_size)
         return (factor / denom).expand_as(row_count)
+    if loss_agg_mode == "token-sum":
+        return torch.full_like(row_count, float(world_size))
     denom, factor = _global_denominator((row_count > 0).sum().to(row_count.dtype), seq_normalizer, world_size)
     if loss_agg_mode == "seq-mean-token-sum-norm" and max_tokens:
         denom = denom * float(max_tokens)

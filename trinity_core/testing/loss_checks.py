@@ -30,6 +30,8 @@ __all__ = [
 ]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+"""The four normalised modes; :data:`trinity_core.ops.LOSS_AGG_MODES` adds ``token-sum`` (divisor 1 in
+:func:`agg_denominator`)."""
 
 
 def loss_inputs(
@@ -131,5 +133,7 @@ def agg_denominator(mask: torch.Tensor, mode: str, max_tokens: float | None = No
         return (counts.clamp_min(1) * n_seq).expand(mask.shape)
     if mode == "seq-mean-token-sum":
         return n_seq.expand(mask.shape)
+    if mode == "token-sum":
+        return torch.ones(mask.shape, dtype=torch.float64, device=mask.device)
     assert max_tokens is not None
     return (n_seq * max_tokens).expand(mask.shape)

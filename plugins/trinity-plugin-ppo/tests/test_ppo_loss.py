@@ -98,7 +98,7 @@ def test_keys_and_validation() -> None:
     with pytest.raises(pydantic.ValidationError, match="clip_range_low"):
         PPOPolicyLossFn(clip_range_low=-0.1)
     with pytest.raises(pydantic.ValidationError, match="loss_agg_mode"):
-        PPOPolicyLossFn(loss_agg_mode="token-sum")
+        PPOPolicyLossFn(loss_agg_mode="token_sum")
     with pytest.raises(pydantic.ValidationError, match="clip_rnage"):
         PPOPolicyLossFn.validate_args({"clip_rnage": 0.2})
 

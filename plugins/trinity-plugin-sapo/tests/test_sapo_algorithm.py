@@ -24,6 +24,7 @@ def test_default_config() -> None:
         "repeat_times": 2,
         "advantage_fn": "grpo",
         "policy_loss_fn": "sapo",
+        "policy_loss_fn_args": {"loss_agg_mode": "seq-mean-token-mean"},
         "kl_penalty_fn": "none",
         "kl_loss_fn": "k2",
         "entropy_loss_fn": "default",
@@ -55,7 +56,7 @@ def test_preset_resolves_end_to_end_with_the_declared_plugins() -> None:
     assert registry.resolve("algorithm", "sapo") is SAPOAlgorithm
     assert algo.repeat_times == 2
     assert algo.policy_loss_fn_args == {
-        "loss_agg_mode": "token-mean",
+        "loss_agg_mode": "seq-mean-token-mean",
         "tau_pos": 1.0,
         "tau_neg": 2.0,
         "fused": False,
@@ -69,3 +70,35 @@ def test_preset_resolves_end_to_end_with_the_declared_plugins() -> None:
         ("entropy_loss", algo.entropy_loss_fn),
     ):
         assert registry.resolve(kind, name).name() == name
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "expected"),
+    [
+        ({}, "seq-mean-token-mean"),  # the preset's default: the paper's, verl's and TRL's mode
+        ({"loss_agg_mode": "token-mean"}, "token-mean"),  # the global mode overrides the preset
+        ({"policy_loss_fn_args": {"loss_agg_mode": "token-mean"}}, "token-mean"),  # per component
+        ({"loss_agg_mode": "token-mean", "policy_loss_fn_args": {"loss_agg_mode": "token-sum"}}, "token-sum"),
+    ],
+)
+def test_preset_aggregates_per_response_unless_told_otherwise(
+    algorithm: dict[str, object], expected: str
+) -> None:
+    from trinity_core.config import resolve_config
+
+    resolved = resolve_config({"algorithm": {"algorithm_type": "sapo", **algorithm}})
+    assert resolved.algorithm.policy_loss_fn_args["loss_agg_mode"] == expected
+    # Only the policy loss: the KL and entropy terms keep the algorithm's mode (None: the mode the
+    # trainer passes, default token-mean), as verl's KL and entropy terms follow actor.loss_agg_mode.
+    for key in ("kl_loss_fn_args", "entropy_loss_fn_args"):
+        assert getattr(resolved.algorithm, key)["loss_agg_mode"] == algorithm.get("loss_agg_mode")
+
+
+def test_the_loss_component_default_stays_token_mean() -> None:
+    from trinity_plugin_sapo import SAPOPolicyLossFn
+
+    assert SAPOPolicyLossFn().loss_agg_mode == "token-mean"
+    from trinity_core.config import resolve_config
+
+    plain = resolve_config({"algorithm": {"policy_loss_fn": "sapo", "advantage_fn": "grpo"}})
+    assert plain.algorithm.policy_loss_fn_args["loss_agg_mode"] == "token-mean"

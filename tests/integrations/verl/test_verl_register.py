@@ -22,7 +22,7 @@ from trinity_core.integrations.verl import (  # noqa: E402
     register,
 )
 
-MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"]
 SAME_LOSSES = {
     "ppo": "vanilla",
     "gpg": "gpg",
@@ -216,6 +216,24 @@ def test_global_batch_info_is_used(registered: object) -> None:
     parts = sum(
         fn(old[s], logprob[s], adv[s], mask[s], "token-mean", config, None)[0]
         for s in (slice(0, 3), slice(3, 6))
+    )
+    torch.testing.assert_close(parts, whole)
+
+
+@pytest.mark.parametrize("dp_size", [1, 2])
+def test_ppo_token_sum_equals_verl_with_global_batch_info(registered: object, dp_size: int) -> None:
+    """verl's token-sum: masked sum * dp_size, whatever the global counts; micro-batches sum to it."""
+    old, logprob, adv, mask = _loss_inputs()
+    config = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=2)
+    config.global_batch_info.update(dp_size=dp_size, batch_num_tokens=int(mask.sum()), global_batch_size=6)
+    ours, theirs = core_algos.get_policy_loss_fn(PREFIX + "ppo"), core_algos.get_policy_loss_fn("vanilla")
+    for rows in (slice(0, 6), slice(0, 2), slice(2, 6)):
+        args = (old[rows], logprob[rows], adv[rows], mask[rows], "token-sum", config, None)
+        torch.testing.assert_close(ours(*args)[0], theirs(*args)[0], rtol=1e-6, atol=1e-6)
+    whole = ours(old, logprob, adv, mask, "token-sum", config, None)[0]
+    parts = sum(
+        ours(old[s], logprob[s], adv[s], mask[s], "token-sum", config, None)[0]
+        for s in (slice(0, 2), slice(2, 6))
     )
     torch.testing.assert_close(parts, whole)
 

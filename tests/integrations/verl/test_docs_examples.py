@@ -1,0 +1,79 @@
+"""The verl examples of docs/integrations.md: the ``register()`` block runs as written and looks its
+names up through verl's registries; the YAML config parses and names what ``register()`` registered;
+the shell example's ``TRINITY_VERL_ARGS`` and plugin module work.
+
+Every fenced ``python`` block of the page carries a ``<!-- test: ENV ... -->`` comment on the line
+before it; this file runs the ``verl`` ones, tests/integrations/trl/test_docs_examples.py the ``trl``
+ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+core_algos = pytest.importorskip("verl.trainer.ppo.core_algos", reason="needs trinity-core[verl]")
+
+from trinity_core.integrations.verl import ARGS_ENV, PREFIX, register  # noqa: E402
+from trinity_core.ops import LOSS_AGG_MODES  # noqa: E402
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "integrations.md"
+_BLOCK = re.compile(r"(?:<!-- test: (?P<env>[\w-]+)[^>]*-->\n)?```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
+
+
+def doc_blocks(lang: str) -> list[tuple[str | None, str]]:
+    """``(test env or None, code)`` of every fenced ``lang`` block of docs/integrations.md, in order."""
+    return [(m["env"], m["code"]) for m in _BLOCK.finditer(DOC.read_text()) if m["lang"] == lang]
+
+
+def _only(lang: str, env: str) -> str:
+    (code,) = [code for block_env, code in doc_blocks(lang) if block_env == env]
+    return code
+
+
+def test_every_python_example_names_its_env() -> None:
+    envs = [env for env, _ in doc_blocks("python")]
+    assert envs
+    assert all(env in ("trl", "verl") for env in envs), envs
+    assert "verl" in envs
+
+
+def test_register_example_runs_and_looks_up_through_verl(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ARGS_ENV, raising=False)
+    namespace: dict[str, object] = {"__name__": "docs_example"}
+    exec(compile(_only("python", "verl"), f"{DOC}:verl", "exec"), namespace)
+    assert namespace["loss_fn"] is core_algos.POLICY_LOSS_REGISTRY[PREFIX + "sapo"]
+    assert namespace["estimator"] is core_algos.ADV_ESTIMATOR_REGISTRY[PREFIX + "opmd"]
+    register()  # back to default arguments for the other tests
+
+
+def test_yaml_example_names_what_register_registered() -> None:
+    config = yaml.safe_load(_only("yaml", "verl-yaml"))
+    registered = register()
+    actor = config["actor_rollout_ref"]["actor"]
+    assert config["algorithm"]["adv_estimator"] in registered["advantage_fn"]
+    assert actor["policy_loss"]["loss_mode"] in registered["policy_loss"]
+    assert actor["loss_agg_mode"] in LOSS_AGG_MODES
+    core_algos.get_policy_loss_fn(actor["policy_loss"]["loss_mode"])
+    core_algos.get_adv_estimator_fn(config["algorithm"]["adv_estimator"])
+
+
+def test_shell_example_environment_registers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``VERL_USE_EXTERNAL_MODULES`` names an importable module and ``TRINITY_VERL_ARGS`` parses and
+    reaches ``register()``; the command line's names are registered."""
+    (shell,) = [code for _, code in doc_blocks("bash") if ARGS_ENV in code]
+    env = dict(re.findall(r"^export (\w+)='?(.*?)'?$", shell, re.M))
+    importlib.import_module(env["VERL_USE_EXTERNAL_MODULES"])
+    json.loads(env[ARGS_ENV])
+    monkeypatch.setenv(ARGS_ENV, env[ARGS_ENV])
+    registered = register()
+    names = dict(re.findall(r"^\s*([\w.]+)=(trinity\.\w+)", shell, re.M))
+    assert names["algorithm.adv_estimator"] in registered["advantage_fn"]
+    assert names["actor_rollout_ref.actor.policy_loss.loss_mode"] in registered["policy_loss"]
+    monkeypatch.delenv(ARGS_ENV)
+    register()
