@@ -25,6 +25,7 @@ from trinity_core.config.models import (
     RunConfig,
     RunMode,
     Section,
+    SynchronizerConfig,
     TasksConfig,
     TrainerConfig,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "RunConfig",
     "RunMode",
     "Section",
+    "SynchronizerConfig",
     "TasksConfig",
     "TrainerConfig",
     "load_config",
