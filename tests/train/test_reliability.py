@@ -351,7 +351,7 @@ def test_bad_reward_functions_are_one_line(
         seen.update(p=prompts[0], c=completions[0])
         return real(fns, weights, names, prompts, completions, fields, **kwargs)
 
-    monkeypatch.setattr("trinity_core.train.loop.combine_rewards", spy)
+    monkeypatch.setattr("trinity_core.train.explorer.combine_rewards", spy)
     registry.register("reward_fn", "bad_reward", fn)
     try:
         code, err = cli(

@@ -14,7 +14,8 @@ from rollout_support import TINY_MODEL
 
 from trinity_core.cli.main import main
 from trinity_core.train import train
-from trinity_core.train.loop import Trainer, lr_scheduler
+from trinity_core.train.explorer import Explorer
+from trinity_core.train.loop import lr_scheduler
 from trinity_core.train.model import build_char_tokenizer
 from trinity_core.train.rollout import Rollout, encode_prompts
 
@@ -73,7 +74,7 @@ def test_decode_spells_the_response_before_eos_once_per_distinct_row() -> None:
         return list(tok.batch_decode(batch))
 
     trainer = SimpleNamespace(tokenizer=SimpleNamespace(batch_decode=batch_decode))
-    texts, ids = Trainer._decode(trainer, rollout)  # type: ignore[arg-type]
+    texts, ids = Explorer.decode(trainer, rollout)  # type: ignore[arg-type]
     assert texts == ["5", "5", "757", "<pad>", "5"]
     assert ids == [(five,), (five,), (seven, five, seven), (pad,), (five,)]  # before EOS, for reward fns
     assert calls == [[[five], [seven, five, seven], [pad]]]

@@ -63,9 +63,11 @@ def step_gradient(trainer: Any, exps: list[Experience]) -> dict[str, torch.Tenso
     batch = ExperienceBatch.from_experiences(exps, max_prompt_length=PROMPT, max_response_length=MAX_RESPONSE)
     mask = batch.action_mask
     columns = {"action_mask": mask, "advantages": batch.advantages}
-    trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.backward_minibatch(batch.input_ids.long(), None, PROMPT, columns, torch.arange(len(exps)))
-    return {n: p.grad.detach().clone() for n, p in trainer.policy.named_parameters() if p.grad is not None}
+    trainer.learner.optimizer.zero_grad(set_to_none=True)
+    trainer.learner.backward_minibatch(batch.input_ids.long(), None, PROMPT, columns, torch.arange(len(exps)))
+    return {
+        n: p.grad.detach().clone() for n, p in trainer.learner.policy.named_parameters() if p.grad is not None
+    }
 
 
 def make_trainer(run_dir: Path, overrides: dict[str, Any] | None = None) -> Any:
@@ -88,7 +90,7 @@ def main(out: Path) -> None:
     save_file(grads, str(out / f"grad{rank}.safetensors"))
     trainer = make_trainer(out / "train-run")
     trainer.train()
-    params = {n: p.detach().contiguous() for n, p in trainer.policy.named_parameters()}
+    params = {n: p.detach().contiguous() for n, p in trainer.learner.policy.named_parameters()}
     save_file(params, str(out / f"params{rank}.safetensors"))
 
 

@@ -2,8 +2,9 @@
 
 Every section forbids unknown keys. Sections other than ``algorithm`` are placeholders the trainer
 extends: add fields to the section model (with a default and a description). The top-level ``mode``
-says whether a run samples rollouts (``both``) or trains on stored experiences only (``train``, reading
-the ``data`` section).
+says whether a run samples rollouts and trains on them (``both``, paced by the ``synchronizer``
+section), only samples them into a disk buffer (``explore``), or trains on stored experiences only
+(``train``, reading the ``data`` section).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "RunConfig",
     "RunMode",
     "Section",
+    "SynchronizerConfig",
     "TasksConfig",
     "TrainerConfig",
 ]
@@ -41,10 +43,11 @@ COMPONENT_KEYS: dict[str, str] = {
 }
 """Config key of each algorithm component -> its registry kind; its args live under ``<key>_args``."""
 
-RunMode = Literal["both", "train"]
-"""What a run does: ``both`` samples rollouts and trains on them (reinforcement fine-tuning); ``train``
+RunMode = Literal["both", "explore", "train"]
+"""What a run does: ``both`` samples rollouts and trains on them (reinforcement fine-tuning); ``explore``
+samples rollouts into a disk buffer and trains nothing (a later ``train`` run reads it); ``train``
 samples nothing and trains on stored experiences (``data.experiences``), as SFT, CPT and DPO do."""
-RUN_MODES: tuple[str, ...] = ("both", "train")
+RUN_MODES: tuple[str, ...] = ("both", "explore", "train")
 """The values of :data:`RunMode`."""
 
 
@@ -214,7 +217,8 @@ class DataConfig(Section):
         description=(
             "Directory of stored experiences: a disk buffer (numbered .trxp files of trinity_core.buffer's "
             "disk writer) or a Hugging Face dataset saved with save_to_disk (e.g. of to_hf_datasets). "
-            "Required in mode train."
+            "Required in mode train. Mode explore writes its disk buffer here (unset: "
+            "<run_dir>/experiences)."
         ),
     )
     format: Literal["auto", "buffer", "dataset"] = Field(
@@ -239,12 +243,46 @@ class DataConfig(Section):
     )
 
 
+class SynchronizerConfig(Section):
+    """How the explorer (rollouts) and the learner (updates) of mode ``both`` keep in step.
+
+    The learner's policy version is the number of updates it has made. Explorer step ``e`` generates
+    with the weights last synchronised: they reach the explorer after every ``sync_interval`` learner
+    steps, and the explorer runs ``sync_offset`` steps ahead of the learner, so generation of step
+    ``e + sync_offset`` overlaps the update of step ``e``. ``sync_interval: 1, sync_offset: 0`` is lock
+    step: each step's rollouts come from the current policy.
+    """
+
+    sync_interval: int = Field(
+        default=1, ge=1, description="Learner steps between weight syncs to the explorer (1: every step)."
+    )
+    sync_offset: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Steps the explorer runs ahead of the learner (0: lock step; 1: generation of step t+1 "
+            "overlaps the update of step t, one-step off-policy)."
+        ),
+    )
+    max_staleness: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "The learner drops experiences made by a policy more than this many versions older than its "
+            "own (metric staleness/dropped); unset: keeps every experience."
+        ),
+    )
+
+
 class RunConfig(Section):
     """A whole run as written by the user (YAML or dict), before presets and components are applied."""
 
     mode: RunMode = Field(
         default="both",
-        description="both: rollouts and training (RL); train: training only, on data.experiences.",
+        description=(
+            "both: rollouts and training (RL); explore: rollouts only, into a disk buffer "
+            "(data.experiences); train: training only, on data.experiences."
+        ),
     )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -252,6 +290,7 @@ class RunConfig(Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     data: DataConfig = Field(default_factory=DataConfig)
+    synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
 
 
 class ResolvedAlgorithmConfig(Section):
@@ -292,4 +331,5 @@ class ResolvedConfig(Section):
     rollout: RolloutConfig
     trainer: TrainerConfig
     data: DataConfig = Field(default_factory=DataConfig)
+    synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)

@@ -39,9 +39,11 @@ __all__ = [
     "latest_checkpoint",
     "load_optimizer_state",
     "load_rng_state",
+    "load_run",
     "optimizer_state_tensors",
     "read_metrics",
     "save_rng_state",
+    "save_run",
     "verify_checkpoint",
     "write_json_atomic",
 ]
@@ -271,3 +273,102 @@ def python_rng_state() -> list[Any]:
 def set_python_rng_state(state: list[Any]) -> None:
     """Inverse of :func:`python_rng_state`."""
     random.setstate((state[0], tuple(state[1]), state[2]))
+
+
+# ------------------------------------------------------------------ a run's checkpoint
+
+
+def save_run(
+    run_dir: Path,
+    step: int,
+    accelerator: Any,
+    learner: Any,
+    task_generator: torch.Generator,
+    keep: int,
+    task: Any = None,
+) -> None:
+    """Write the checkpoint of ``step`` atomically: the learner's weights, optimizer, scheduler and buffer
+    cursor, the RNG states and ``task``'s position in its data (every rank writes its own)."""
+    # Looked up at call time, so that a test can stand in a failing disk for safetensors' writer.
+    from safetensors.torch import save_file
+
+    root = run_dir / "checkpoints"
+    tmp = root / f".tmp-{step_dir_name(step)}"
+    rank, is_main = accelerator.process_index, accelerator.is_main_process
+    if is_main:
+        begin(root, step)
+    accelerator.wait_for_everyone()
+    save_rng_state(tmp / f"rng-rank{rank}.safetensors", task_generator)
+    if task is not None:  # a dataset's shuffled order and epoch; each rank has its own
+        write_json_atomic(tmp / f"task-rank{rank}.json", task.state_dict())
+    if is_main:
+        policy = learner.policy
+        state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
+        if getattr(policy.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"))
+        tensors, structure = optimizer_state_tensors(learner.optimizer.state_dict())
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        (tmp / "optimizer.json").write_text(json.dumps(structure), encoding="utf-8")
+        meta = {
+            "step": step,
+            "world_size": accelerator.num_processes,
+            "scheduler": learner.scheduler.state_dict(),
+            "buffer": learner.reader.state_dict(),
+            "python_rng": python_rng_state(),
+        }
+        (tmp / "state.json").write_text(json.dumps(meta), encoding="utf-8")
+    accelerator.wait_for_everyone()
+    if is_main:
+        commit(root, tmp, step, keep)
+    accelerator.wait_for_everyone()
+
+
+def load_run(
+    run_dir: Path, accelerator: Any, learner: Any, task_generator: torch.Generator, task: Any = None
+) -> int:
+    """Restore the last intact checkpoint of ``run_dir`` into ``learner``, the RNGs and ``task``'s
+    position in its data; return its step.
+
+    The metrics of steps after the checkpoint are dropped from ``metrics.jsonl`` (they are replayed).
+    """
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise CheckpointError(
+            f"--resume {run_dir}: no complete checkpoint in {run_dir / 'checkpoints'}; start a "
+            "new run (--overwrite) instead"
+        )
+    meta = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    if meta["world_size"] != accelerator.num_processes:
+        raise CheckpointError(
+            f"{path} was written by {meta['world_size']} processes, this run has "
+            f"{accelerator.num_processes}; resume with the same number of processes"
+        )
+    state = load_file(str(path / "model.safetensors"))
+    missing, unexpected = learner.policy.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+        raise CheckpointError(f"{path}: model weights do not fit the model ({missing}, {unexpected})")
+    structure = json.loads((path / "optimizer.json").read_text(encoding="utf-8"))
+    learner.optimizer.load_state_dict(
+        load_optimizer_state(load_file(str(path / "optimizer.safetensors")), structure)
+    )
+    learner.scheduler.load_state_dict(meta["scheduler"])
+    set_python_rng_state(meta["python_rng"])
+    load_rng_state(path / f"rng-rank{accelerator.process_index}.safetensors", task_generator)
+    task_state = path / f"task-rank{accelerator.process_index}.json"
+    if task is not None and task_state.exists():  # checkpoints from before tasks saved a position have none
+        from trinity_core.train.dataset_io import TaskDataError
+
+        try:
+            task.load_state_dict(json.loads(task_state.read_text(encoding="utf-8")))
+        except TaskDataError as exc:
+            raise CheckpointError(f"{path}: {exc}") from exc
+    step = int(meta["step"])
+    metrics = run_dir / "metrics.jsonl"
+    if accelerator.is_main_process and metrics.exists():
+        kept = [r for r in read_metrics(metrics) if r["step"] <= step]
+        tmp = run_dir / ".metrics.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        os.replace(tmp, metrics)
+    accelerator.wait_for_everyone()
+    return step

@@ -23,7 +23,7 @@ objects (equal to the ones above, tensors as views of the batch) are made only i
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import torch
 from torch import Tensor
@@ -44,7 +44,7 @@ from trinity_core.experience import (
 )
 from trinity_core.train.rollout import Rollout
 
-__all__ = ["rollout_batch", "rollout_experiences"]
+__all__ = ["RolloutExperiences", "rollout_batch", "rollout_experiences"]
 
 _TEMPLATE: dict[str, object] = {
     **dict.fromkeys(experience_field_names()),
@@ -52,8 +52,33 @@ _TEMPLATE: dict[str, object] = {
 }
 
 
+class RolloutExperiences(LazyExperiences[ExperienceBatch]):
+    """The lazily made experiences of one :func:`rollout_batch`, all sampled by one policy version."""
+
+    def __init__(
+        self,
+        count: int,
+        make: Callable[[ExperienceBatch], list[Experience]],
+        rewards: Sequence[float | None],
+        model_version: int | None,
+    ) -> None:
+        """As :class:`~trinity_core.batch.LazyExperiences`, plus the sampling policy's version."""
+        super().__init__(count, make, rewards)
+        self.model_version = model_version
+
+
+def _info(model_version: int | None) -> dict[str, object]:
+    return {} if model_version is None else {"model_version": model_version}
+
+
 def rollout_experiences(
-    rollout: Rollout, rewards: Sequence[float | None], *, step: int, group_size: int, task_offset: int = 0
+    rollout: Rollout,
+    rewards: Sequence[float | None],
+    *,
+    step: int,
+    group_size: int,
+    task_offset: int = 0,
+    model_version: int | None = None,
 ) -> list[Experience]:
     """One single-turn experience per response of ``rollout`` whose reward is not None (order kept).
 
@@ -64,6 +89,8 @@ def rollout_experiences(
         group_size: responses per prompt (``G``); response ``i`` is run ``i % G`` of task
             ``task_offset + i // G``.
         task_offset: the global index of this rank's first prompt.
+        model_version: the version of the policy that sampled the rollout, recorded as
+            ``info["model_version"]`` (None: not recorded).
     """
     n = rollout.response_ids.shape[0]
     if len(rewards) != n:
@@ -101,7 +128,7 @@ def rollout_experiences(
                     "reward": rewards[i],
                     "truncate_status": status,
                     "action_mask": mask,
-                    "info": {},
+                    "info": _info(model_version),
                     "metrics": {},
                     "custom_fields": [],
                 }
@@ -145,6 +172,7 @@ def rollout_batch(
     task_offset: int = 0,
     pad_token_id: int = 0,
     group_levels: Collection[GroupLevel] = GROUP_LEVELS,
+    model_version: int | None = None,
 ) -> ExperienceBatch:
     """The experiences of :func:`rollout_experiences` as an ``ExperienceBatch``, built from the columns.
 
@@ -152,7 +180,8 @@ def rollout_batch(
     group_levels=...)`` (``input_ids`` int32, ``action_mask`` over each response), but nothing is made
     per experience: its ``experiences`` is a :class:`~trinity_core.batch.LazyExperiences` that makes them
     on first access, with every tensor field a view of the batch and the rewards, truncation statuses
-    and EIDs (fresh suffixes) of :func:`rollout_experiences`.
+    and EIDs (fresh suffixes) of :func:`rollout_experiences`; ``model_version`` is kept on it
+    (:class:`RolloutExperiences`), so a reader learns the policy version without making the experiences.
     """
     n = rollout.response_ids.shape[0]
     if len(rewards) != n:
@@ -172,7 +201,12 @@ def rollout_batch(
         # Nothing kept, a prompt not left-padded, or an empty prompt / response (an error the
         # constructor reports): the per-experience path.
         exps = rollout_experiences(
-            rollout, rewards, step=step, group_size=group_size, task_offset=task_offset
+            rollout,
+            rewards,
+            step=step,
+            group_size=group_size,
+            task_offset=task_offset,
+            model_version=model_version,
         )
         return ExperienceBatch.from_experiences(exps, pad_token_id=pad_token_id, group_levels=group_levels)
     P, R = int(prompt_lengths.max()), int(response_lengths.max())
@@ -187,9 +221,9 @@ def rollout_batch(
     index, keys = _rollout_groups(tasks, runs, step, group_levels)
 
     def make(batch: ExperienceBatch) -> list[Experience]:
-        return _materialize(batch, step, tasks, runs, kept_rewards, statuses)
+        return _materialize(batch, step, tasks, runs, kept_rewards, statuses, model_version)
 
-    lazy = LazyExperiences(len(keep), make, kept_rewards)
+    lazy = RolloutExperiences(len(keep), make, kept_rewards, model_version)
     batch = ExperienceBatch(
         input_ids=input_ids,
         prompt_lengths=prompt_lengths,
@@ -240,6 +274,7 @@ def _materialize(
     runs: list[int],
     rewards: list[float | None],
     statuses: list[str | None],
+    model_version: int | None,
 ) -> list[Experience]:
     """The experiences of a :func:`rollout_batch`: tokens and response fields as views of the batch."""
     P = batch.max_prompt_length
@@ -258,7 +293,7 @@ def _materialize(
                     "prompt_length": p,
                     "reward": rewards[k],
                     "truncate_status": statuses[k],
-                    "info": {},
+                    "info": _info(model_version),
                     "metrics": {},
                     "custom_fields": [],
                 }

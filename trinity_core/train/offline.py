@@ -36,7 +36,9 @@ from trinity_core.experience import Experience, split_dpo_experience_to_single_t
 
 __all__ = [
     "StoredExperiences",
+    "check_offline_trainer",
     "check_schema",
+    "check_vocabulary",
     "detect_format",
     "load_stored_experiences",
     "read_experiences",
@@ -252,4 +254,30 @@ def check_schema(stored: StoredExperiences, preset_name: str, schema: str) -> No
         raise _problem(
             f"algorithm {preset_name!r} trains on DPO pairs, but the experiences are not pairs",
             hint="store Experience(tokens=prompt, chosen=..., rejected=...) items",
+        )
+
+
+def check_offline_trainer(config: ResolvedConfig) -> None:
+    """Mode ``train`` makes one optimizer update per step: passes over the data are ``data.epochs``."""
+    problems = [
+        ConfigProblem(
+            f"trainer.{key}",
+            f"mode 'train' makes one optimizer update per step on data.batch_size items, got {key} = {value}",
+            hint=f"remove trainer.{key}; use data.epochs for passes over the data",
+        )
+        for key in ("epochs", "minibatches")
+        if (value := getattr(config.trainer, key)) != 1
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
+def check_vocabulary(data: StoredExperiences, model: object) -> None:
+    """Every stored token id must be an id of the model's vocabulary (else the embedding fails mid-run)."""
+    vocab = int(model.get_input_embeddings().num_embeddings)  # type: ignore[attr-defined]
+    highest = int(torch.cat([row.tokens for row in data.rows if row.tokens is not None]).max())
+    if highest >= vocab:
+        raise _problem(
+            f"token id {highest} is outside the model's vocabulary of {vocab} ids",
+            hint="tokenize the experiences with the run's tokenizer (model.tokenizer_path)",
         )

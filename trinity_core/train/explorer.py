@@ -1,0 +1,250 @@
+"""The explorer: sample tasks -> rollout -> rewards -> experiences -> hooks -> advantage -> buffer.
+
+Step ``s`` on every rank, in two halves::
+
+    # Explorer.rollout(s): may run in a thread, ahead of the learner (synchronizer.sync_offset)
+    rows      = task.sample(prompts_per_step / world_size)                  # tasks
+    rollout   = generate(policy, rows, G = algorithm.repeat_times)           # G responses per prompt
+    rewards   = Σ_f w_f · f(prompts, completions, **fields)                  # reward functions
+    # Explorer.write(explored): in the runner's thread, which owns the buffer
+    exps      = Experience(EID(batch=s, task=i, run=j), info={"model_version": v})
+    exps      = trinity_process_experiences(exps, s)                         # pluggy stage
+    add strategy / pipeline advantage fn -> buffer                           # group advantages
+
+``policy`` is the learner's model in lock step, else the explorer's own copy, which the synchronizer
+updates (:meth:`Explorer.load_weights`); ``v`` is the version of those weights.
+
+When no hook implements the pluggy stage, there is no add strategy, and the advantage function runs in
+the learner or has an exact columnar path, the experiences of a step are one columnar batch from the
+rollout to the update, and the ``Experience`` objects are made only if something reads them
+(:mod:`trinity_core.train.columnar`); the result is the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from torch import Tensor
+
+from trinity_core.batch import ExperienceBatch
+from trinity_core.buffer import BufferWriter
+from trinity_core.components import GroupAdvantage, Metrics
+from trinity_core.config import ResolvedConfig
+from trinity_core.experience import Experience
+from trinity_core.hooks import run_experience_pipeline
+from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
+from trinity_core.train.experiences import rollout_batch, rollout_experiences
+from trinity_core.train.profile import StepProfiler
+from trinity_core.train.rewards import combine_rewards
+from trinity_core.train.rollout import Rollout, generate
+
+__all__ = ["Explored", "Explorer"]
+
+
+@dataclass
+class Explored:
+    """One explorer step's sampled and rewarded responses, before they become experiences."""
+
+    step: int
+    rollout: Rollout
+    rewards: list[float | None]
+    model_version: int
+    seconds: float
+    """Wall time of :meth:`Explorer.rollout` (for the idle fractions)."""
+
+
+class Explorer:
+    """Makes the experiences of a step and writes them into the buffer.
+
+    Args:
+        config: the resolved run configuration.
+        rank: this process's index; ``prompts_per_rank`` prompts are its share of a step.
+        task, rewards: the task set and ``(names, functions, weights)`` of the reward functions.
+        tokenizer: encodes prompts, decodes completions.
+        policy: the model it samples with (the learner's in lock step, else its own copy).
+        components: the run's components (add strategy, pipeline-side advantage).
+        writer: the buffer the experiences go to.
+        pm: the plugin manager (the ``trinity_process_experiences`` stage).
+        task_gen: the generator of task sampling (saved in checkpoints).
+        event_loop: runs the buffer's coroutines.
+    """
+
+    def __init__(
+        self,
+        config: ResolvedConfig,
+        *,
+        rank: int,
+        prompts_per_rank: int,
+        task: Any,
+        rewards: tuple[list[str], list[Any], list[float]],
+        tokenizer: Any,
+        policy: Any,
+        components: Any,
+        writer: BufferWriter,
+        pm: Any,
+        task_gen: torch.Generator,
+        profiler: StepProfiler,
+        event_loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Hold the parts of a rollout; nothing is computed here."""
+        self.config, self.rank, self.prompts_per_rank = config, rank, prompts_per_rank
+        self.task, self.tokenizer, self.policy = task, tokenizer, policy
+        self.reward_names, self.reward_fns, self.reward_weights = rewards
+        self.components, self.writer, self.pm = components, writer, pm
+        self.task_gen, self.profiler, self.event_loop = task_gen, profiler, event_loop
+        self.group_size = config.algorithm.repeat_times
+        self.max_new_tokens = config.rollout.max_new_tokens or task.max_response_tokens()
+        self.version = 0
+
+    def step(self, step: int) -> dict[str, Tensor]:
+        """Make and write the experiences of step ``step`` (0-based); return the explorer's metrics."""
+        return self.write(self.rollout(step))
+
+    # ------------------------------------------------------------------ the rollout
+
+    def rollout(self, step: int) -> Explored:
+        """Sample the step's tasks, generate ``G`` responses per prompt and reward them."""
+        start = time.perf_counter()
+        G, rcfg = self.group_size, self.config.rollout
+
+        # 1. Rollout: G responses for each prompt of this rank.
+        rows = self.task.sample(self.prompts_per_rank, self.task_gen)
+        prompts = [r["prompt"] for r in rows]
+        with self.profiler.section("generation"):
+            rollout = generate(
+                self.policy,
+                self.tokenizer,
+                prompts,
+                repeat=G,
+                max_new_tokens=self.max_new_tokens,
+                temperature=rcfg.temperature,
+                top_p=rcfg.top_p,
+                top_k=rcfg.top_k,
+            )
+
+        # 2. Rewards: reward functions on decoded completions (rows repeated G times, prompt-major).
+        completions, completion_ids = self.decode(rollout)
+        fields = {k: [r[k] for r in rows for _ in range(G)] for k in self.task.fields if k != "prompt"}
+        fields["truncated"] = rollout.truncated.tolist()
+        rewards = combine_rewards(
+            self.reward_fns,
+            self.reward_weights,
+            self.reward_names,
+            [p for p in prompts for _ in range(G)],
+            completions,
+            fields,
+            completion_ids=completion_ids,
+        )
+        return Explored(step, rollout, rewards, self.version, time.perf_counter() - start)
+
+    # ------------------------------------------------------------------ experiences into the buffer
+
+    def write(self, explored: Explored) -> dict[str, Tensor]:
+        """Turn a rollout into experiences, run the hook stage and the advantage, write the buffer."""
+        comps, step, G = self.components, explored.step, self.group_size
+        rollout, rewards, version = explored.rollout, explored.rewards, explored.model_version
+
+        # 3. Experiences with EIDs (batch = step, task = global prompt index, run = response index)
+        #    and the sampling policy's version, the pluggy stage, then the preset's add strategy or
+        #    pipeline advantage fn into the buffer. When every stage reads columns, the experiences
+        #    travel as one columnar batch and are never made one by one.
+        base = self.rank * self.prompts_per_rank
+        adv_metrics: Metrics = {}
+        columnar = columnar_levels(comps, self.pm)
+        if columnar is not None:
+            built = rollout_batch(
+                rollout,
+                rewards,
+                step=step,
+                group_size=G,
+                task_offset=base,
+                pad_token_id=self.tokenizer.pad_token_id,
+                group_levels=columnar,
+                model_version=version,
+            )
+            if comps.advantage_in_trainer:
+                written: ExperienceBatch | list[Experience] = built
+            else:
+                written, adv_metrics = pipeline_advantage_on_batch(
+                    cast(GroupAdvantage, comps.advantage), built
+                )
+            if isinstance(written, ExperienceBatch):
+                self.event_loop.run_until_complete(self.writer.write_batch(written))
+            else:
+                self.event_loop.run_until_complete(self.writer.write(written))
+        else:
+            exps = rollout_experiences(
+                rollout, rewards, step=step, group_size=G, task_offset=base, model_version=version
+            )
+            exps = run_experience_pipeline(self.pm, exps, step)
+            if comps.add_strategy is not None:
+                _, adv_metrics = self.event_loop.run_until_complete(comps.add_strategy.add(exps, step))
+            elif comps.advantage is not None and not comps.advantage_in_trainer:
+                exps, adv_metrics = comps.advantage(exps)
+                self.event_loop.run_until_complete(self.writer.write(exps))
+            else:
+                self.event_loop.run_until_complete(self.writer.write(exps))
+
+        # 4. The explorer's metrics (the learner reports those of the rows it trains on).
+        metrics = {
+            f"advantage/{k}": torch.as_tensor(v)
+            for k, v in adv_metrics.items()
+            if isinstance(v, Tensor | float | int)
+        }
+        metrics["response/truncated"] = rollout.truncated.double().mean()
+        scored = [r for r in rewards if r is not None]
+        metrics["explorer/reward_mean"] = torch.tensor(
+            sum(scored) / len(scored) if scored else float("nan"), dtype=torch.float64
+        )
+        return metrics
+
+    # ------------------------------------------------------------------ weights, decoding, evaluation
+
+    def load_weights(self, state: dict[str, Tensor], version: int) -> None:
+        """Sample from now on with ``state``, the learner's weights of version ``version``."""
+        self.policy.load_state_dict(state)
+        self.version = version
+
+    def decode(self, rollout: Rollout) -> tuple[list[str], list[tuple[int, ...]]]:
+        """Completion texts and ids = response tokens before EOS, special tokens spelled out (a stray
+        ``<pad>`` never matches an answer); the ids go to reward functions as ``completion_ids``."""
+        ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
+        ids = rollout.response_ids.tolist()
+        rows = [tuple(row[:e]) for row, e in zip(ids, ends, strict=True)]
+        # The G responses to a prompt often repeat: each distinct response is decoded once.
+        distinct = list(dict.fromkeys(rows))
+        text = dict(zip(distinct, self.tokenizer.batch_decode([list(r) for r in distinct]), strict=True))
+        return [text[row] for row in rows], rows
+
+    @torch.no_grad()
+    def evaluate(self, policy: Any, n: int) -> float | None:
+        """Greedy accuracy (mean combined reward) of ``policy`` on ``n`` held-out rows of the task."""
+        rows = self.task.eval_rows(n, self.config.trainer.seed)
+        prompts = [r["prompt"] for r in rows]
+        rollout = generate(
+            policy,
+            self.tokenizer,
+            prompts,
+            repeat=1,
+            max_new_tokens=self.max_new_tokens,
+            temperature=1.0,
+            greedy=True,
+        )
+        completions, completion_ids = self.decode(rollout)
+        fields = {k: [r[k] for r in rows] for k in self.task.fields if k != "prompt"}
+        fields["truncated"] = rollout.truncated.tolist()
+        rewards = combine_rewards(
+            self.reward_fns,
+            self.reward_weights,
+            self.reward_names,
+            prompts,
+            completions,
+            fields,
+            completion_ids=completion_ids,
+        )
+        scored = [r for r in rewards if r is not None]
+        return sum(scored) / len(scored) if scored else None

@@ -1,0 +1,84 @@
+"""The pieces of the learner's update: log-probs of responses, the optimizer and its schedule, row ranges.
+
+Plain functions the :class:`~trinity_core.train.learner.Learner` composes; nothing here holds state.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from trinity_core.config import TrainerConfig
+
+__all__ = ["lr_scheduler", "make_optimizer", "micro_batches", "response_logprobs", "row_ranges"]
+
+
+def response_logprobs(
+    model: Any, input_ids: Tensor, attention_mask: Tensor | None, prompt_width: int, with_entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs ``(B, R)`` of the response tokens ``input_ids[:, P:]`` (and per-token entropy).
+
+    Position ids follow the attention mask, as in ``generate`` with left-padded prompts. Pass
+    ``attention_mask=None`` when no prompt is padded: right padding after the responses cannot affect
+    earlier positions under causal attention, and without a mask the model takes its faster plain causal path.
+    """
+    if attention_mask is None:
+        logits = model(input_ids=input_ids).logits
+    else:
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+        mask = attention_mask.long()
+        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits
+    logits = logits[:, prompt_width - 1 : -1].float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, input_ids[:, prompt_width:, None].long()).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def lr_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int) -> Any:
+    """The learning-rate schedule ``kind`` (constant, linear, cosine) from ``transformers.get_scheduler``.
+
+    The factor on ``trainer.lr`` at 0-based step ``s``, warm-up ``W`` and ``T`` total steps: ``s / W``
+    while ``s < W``, then 1 (constant), ``(T - s) / (T - W)`` (linear) or
+    ``(1 + cos(pi * (s - W) / (T - W))) / 2`` (cosine).
+    """
+    from transformers import get_scheduler
+
+    # transformers' "constant" ignores the warm-up; "constant_with_warmup" with W = 0 is the same constant.
+    name = "constant_with_warmup" if kind == "constant" else kind
+    return get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=total_steps)
+
+
+def make_optimizer(model: Any, tcfg: TrainerConfig) -> torch.optim.Optimizer:
+    """``trainer.optimizer`` (adamw, adam, sgd) over the trainable parameters of ``model``."""
+    groups = [p for p in model.parameters() if p.requires_grad]
+    if tcfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+    cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
+    return cls(groups, lr=tcfg.lr, betas=tcfg.betas, weight_decay=tcfg.weight_decay)
+
+
+def row_ranges(n: int, parts: int) -> list[slice]:
+    """``n`` rows cut into ``parts`` contiguous ranges as ``torch.tensor_split`` cuts them (the first
+    ``n % parts`` ranges one row longer); slicing by a range gives views, an index tensor copies."""
+    size, extra = divmod(n, parts)
+    bounds = [0]
+    for i in range(parts):
+        bounds.append(bounds[-1] + size + (i < extra))
+    return [slice(a, b) for a, b in pairwise(bounds)]
+
+
+def micro_batches(rows: slice | Tensor, size: int | None) -> list[slice | Tensor]:
+    """``rows`` (a range or an index tensor) cut into pieces of at most ``size`` rows (None: one piece)."""
+    if isinstance(rows, slice):
+        if size is None or rows.stop - rows.start <= size:
+            return [rows]
+        return [slice(i, min(i + size, rows.stop)) for i in range(rows.start, rows.stop, size)]
+    if size is None or rows.numel() <= size:
+        return [rows]
+    return [*torch.split(rows, size)]
