@@ -1,0 +1,77 @@
+"""Checks of value losses: ``loss(vpreds, values, returns, action_mask, **kwargs) -> (loss, metrics)``.
+
+Gradients must reach ``vpreds`` (the critic's predictions). Inputs a component declares through
+``conformance_inputs`` beyond the generated ones are passed as keyword arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trinity_core.testing import _loss
+from trinity_core.testing._core import ConformanceError, Subject, check
+from trinity_core.testing.common import runtime_objects
+
+__all__ = ["PROBE"]
+
+_POSITIONAL = ("vpreds", "values", "returns", "action_mask")
+
+
+def _invoke(instance: Any, inputs: dict[str, Any], extra: tuple[str, ...]) -> Any:
+    return instance(*(inputs[k] for k in _POSITIONAL), **{k: inputs[k] for k in extra})
+
+
+PROBE = _loss.LossProbe("value loss __call__", _invoke, lambda _: list(_POSITIONAL), grad_inputs=("vpreds",))
+"""How the kit calls a value loss."""
+
+
+@check("value_loss")
+def check_value_loss_is_finite(subject: Subject) -> None:
+    """the loss is a finite 0-d tensor on random inputs"""
+    _loss.check_finite(subject, PROBE)
+
+
+@check("value_loss")
+def check_value_loss_is_differentiable(subject: Subject) -> None:
+    """the gradient reaches vpreds and is finite"""
+    _loss.check_differentiable(subject, PROBE)
+
+
+@check("value_loss")
+def check_value_masked_positions_ignored(subject: Subject) -> None:
+    """NaN/inf at masked positions change neither loss, metrics nor gradient"""
+    _loss.check_masked_ignored(subject, PROBE)
+
+
+@check("value_loss")
+def check_value_metrics_are_detached_scalars(subject: Subject) -> None:
+    """metrics are detached 0-d tensors"""
+    _loss.check_detached_metrics(subject, PROBE)
+
+
+@check("value_loss")
+def check_value_no_host_sync(subject: Subject) -> None:
+    """the loss call makes no host synchronisation"""
+    _loss.check_no_host_sync(subject, PROBE)
+
+
+@check("value_loss")
+def check_value_loss_zero_at_the_returns(subject: Subject) -> None:
+    """predictions equal to the returns (and old values equal to both) give loss 0 and gradient 0"""
+    from trinity_core.testing._inputs import loss_inputs
+
+    instance = subject.build(**runtime_objects(subject))
+    inputs = loss_inputs(0)
+    target = inputs["returns"]
+    vpreds = target.clone().requires_grad_(True)
+    loss, _ = instance(vpreds, target.clone(), target.clone(), inputs["action_mask"])
+    loss.backward()
+    grad = vpreds.grad if vpreds.grad is not None else torch.zeros_like(target)
+    if float(loss.detach().abs()) > 1e-7 or float(grad.abs().max()) > 1e-7:
+        raise ConformanceError(
+            f"a perfect critic (vpreds = values = returns) gives loss {float(loss):.3g} and gradient "
+            f"max {float(grad.abs().max()):.3g}",
+            "compute the loss from vpreds - returns (a value loss fits the returns)",
+        )
