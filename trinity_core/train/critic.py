@@ -59,9 +59,8 @@ def critic_model(policy: Any, critic_path: str | None, *, seed: int) -> Any:
                 f"model.critic_path: cannot load {critic_path!r} as a value model ({exc}); give a local "
                 "directory with config.json and weights, or unset critic_path to start from the policy"
             ) from None
-    config = type(policy.config).from_dict(
-        {**policy.config.to_dict(), "num_labels": 1, "classifier_dropout": 0.0}
-    )
+    settings = {k: v for k, v in policy.config.to_dict().items() if k not in ("id2label", "label2id")}
+    config = type(policy.config).from_dict({**settings, "num_labels": 1, "classifier_dropout": 0.0})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForTokenClassification.from_config(config)
@@ -85,14 +84,15 @@ def response_values(model: Any, input_ids: Tensor, attention_mask: Tensor | None
 
 
 def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
-    """``1 - Var(G - V) / Var(G)`` over the selected tokens, in float64 (0-d; 0 when ``Var(G)`` is 0).
+    """``1 - Var(G - V) / Var(G)`` over the selected tokens, in float64 (0-d).
 
-    1 is a perfect critic, 0 one no better than the mean return, negative one worse than it.
+    1 is a perfect critic, 0 one no better than a constant, negative one worse than a constant. NaN when
+    the returns do not vary (``Var(G) = 0``, e.g. every reward 0): nothing is there to explain.
     """
     v, g = values.to(torch.float64), returns.to(torch.float64)
     var_g = masked_var(g, mask)
-    ratio = masked_var(g - v, mask) / var_g.clamp_min(torch.finfo(torch.float64).tiny)
-    return torch.where(var_g > 0, 1.0 - ratio, torch.zeros_like(ratio))
+    ratio = masked_var(g - v, mask) / var_g
+    return torch.where(var_g > 0, 1.0 - ratio, torch.full_like(ratio, torch.nan))
 
 
 class Critic:

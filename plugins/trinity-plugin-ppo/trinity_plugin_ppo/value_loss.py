@@ -47,7 +47,7 @@ class ClippedValueLoss(ValueLossFn):
         m = action_mask.bool()
         vpreds, values, returns = _selected(m, vpreds, values, returns)
         eps = self.cliprange_value
-        clipped = values + (vpreds - values).clamp(-eps, eps)
+        clipped = torch.clamp(vpreds, values - eps, values + eps)
         unclipped_sq, clipped_sq = (vpreds - returns).square(), (clipped - returns).square()
         loss = 0.5 * self.aggregate(torch.maximum(unclipped_sq, clipped_sq), m)
         return loss, {
