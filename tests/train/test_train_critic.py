@@ -76,7 +76,8 @@ def test_default_critic_is_the_policy_with_a_value_head() -> None:
         assert torch.equal(critic.model.state_dict()[name], tensor), name
     ids = torch.randint(3, 16, (2, 7))
     values = response_values(critic, ids, None, 4)
-    assert values.shape == (2, 3) and values.dtype == torch.float32
+    assert values.shape == (2, 3)
+    assert values.dtype == torch.float32
     again = critic_model(policy, None, seed=0)
     assert torch.equal(again.score.weight, critic.score.weight)  # seeded head, same run after run
 
@@ -106,8 +107,9 @@ def test_value_loss_defaults_follow_use_critic() -> None:
     assert resolve_config({"algorithm": {"algorithm_type": "grpo"}}).algorithm.value_loss_fn is None
     chosen = resolve_config({"algorithm": {"algorithm_type": "ppo", "value_loss_fn": "mse"}})
     assert chosen.algorithm.value_loss_fn == "mse"
-    with pytest.raises(ConfigError, match="algorithm.value_loss_fn_args.cliprange_value"):
-        resolve_config({"algorithm": {"algorithm_type": "ppo", "value_loss_fn_args": {"cliprange_value": -1}}})
+    bad = {"algorithm_type": "ppo", "value_loss_fn_args": {"cliprange_value": -1}}
+    with pytest.raises(ConfigError, match=r"algorithm\.value_loss_fn_args\.cliprange_value"):
+        resolve_config({"algorithm": bad})
 
 
 def test_ppo_without_a_value_loss_is_refused_before_training(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ Loss inputs (trinity names, ``B`` in {4, 6}, ``T`` in 7..12): ``action_mask`` ``
 right padding, an interior hole in some rows and at least one selected token per row; ``logprob``,
 ``old_logprob``, ``ref_logprob``, ``teacher_logprob`` (negative), ``advantages``, ``returns``, ``values``,
 ``token_level_scores``, ``token_level_rewards`` (standard normal), ``entropy`` (positive), ``vpreds``
-(``values`` plus noise of std 0.5, so some cross a value clip), all float32 ``(B, T)``; ``expert_mask`` ``(B,)`` bool; ``step`` ``(B,)`` int64 (one value).
+(``values`` plus noise of std 0.5, so some cross a value clip), all float32 ``(B, T)``; ``expert_mask``
+``(B,)`` bool; ``step`` ``(B,)`` int64 (one value).
 """
 
 from __future__ import annotations

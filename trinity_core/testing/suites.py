@@ -24,10 +24,10 @@ __all__ = [
     "Case",
     "ComponentConformance",
     "EntropyLossConformance",
-    "ValueLossConformance",
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "ValueLossConformance",
 ]
 
 OPTION_DEST = "trinity_plugin"

@@ -108,7 +108,7 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
             ConfigProblem(
                 "algorithm.value_loss_fn",
                 f"preset {alg.algorithm_type!r} trains a critic (use_critic), which needs a value loss",
-                hint="set algorithm.value_loss_fn (e.g. clipped or mse; `trinity plugins list --kind value_loss`)",
+                hint="set algorithm.value_loss_fn: clipped, mse (`trinity plugins list --kind value_loss`)",
             )
         )
     if problems:

@@ -63,13 +63,15 @@ def critic_model(policy: Any, critic_path: str | None, *, seed: int) -> Any:
     config = type(policy.config).from_dict({**settings, "num_labels": 1, "classifier_dropout": 0.0})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForTokenClassification.from_config(config)
+        model = AutoModelForTokenClassification.from_config(config)  # type: ignore[no-untyped-call]
     base = getattr(model, model.base_model_prefix)
     base.load_state_dict(getattr(policy, policy.base_model_prefix).state_dict())
     return model.to(next(policy.parameters()).device)
 
 
-def response_values(model: Any, input_ids: Tensor, attention_mask: Tensor | None, prompt_width: int) -> Tensor:
+def response_values(
+    model: Any, input_ids: Tensor, attention_mask: Tensor | None, prompt_width: int
+) -> Tensor:
     """Values ``(B, R)`` float32 of the states before each response token ``input_ids[:, P:]``.
 
     Aligned as :func:`~trinity_core.train.update.response_logprobs`: the value of response token ``t``
@@ -80,7 +82,8 @@ def response_values(model: Any, input_ids: Tensor, attention_mask: Tensor | None
     else:
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
         out = model(input_ids=input_ids, attention_mask=attention_mask.long(), position_ids=position_ids)
-    return out.logits[:, prompt_width - 1 : -1, 0].float()
+    values: Tensor = out.logits[:, prompt_width - 1 : -1, 0].float()
+    return values
 
 
 def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
@@ -113,7 +116,7 @@ class Critic:
         self.config, self.acc, self.loss_fn, self.profiler = config, accelerator, value_loss, profiler
 
     def warming_up(self, step: int) -> bool:
-        """Whether step ``step`` (0-based) is one of the ``critic.warmup_steps`` where the policy is frozen."""
+        """Whether 0-based step ``step`` is one of the ``critic.warmup_steps`` (the policy is frozen)."""
         return step < self.config.critic.warmup_steps
 
     def values(self, ids: Tensor, attn: Tensor | None, P: int) -> Tensor:
@@ -200,7 +203,9 @@ class Critic:
         try:
             self.module.load_state_dict(load_file(str(directory / FILES[0])))
         except RuntimeError as exc:
-            raise CheckpointError(f"{directory}: the critic's weights do not fit the critic ({exc})") from None
+            raise CheckpointError(
+                f"{directory}: the critic's weights do not fit this critic ({exc})"
+            ) from None
         structure = json.loads((directory / FILES[2]).read_text(encoding="utf-8"))
         self.optimizer.load_state_dict(load_optimizer_state(load_file(str(directory / FILES[1])), structure))
 

@@ -19,9 +19,9 @@ SECTIONS = (
     "optimizer",
     "critic_update",
 )
-"""Named parts of a step (``critic_values``: the critic's no-grad forward; ``critic_update``: its forward,
-backward and optimizer step; both 0 without a critic); the rest of the step (rewards, EIDs, hooks, advantages, buffer, batch,
-metrics, logging, checkpoints) is reported as ``other``."""
+"""Named parts of a step (``critic_values``: the critic's no-grad forward; ``critic_update``: its
+forward, backward and optimizer step; both 0 without a critic); the rest of the step (rewards, EIDs,
+hooks, advantages, buffer, batch, metrics, logging, checkpoints) is reported as ``other``."""
 
 
 class StepProfiler:
