@@ -111,6 +111,15 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
                 hint="set algorithm.value_loss_fn: clipped, mse (`trinity plugins list --kind value_loss`)",
             )
         )
+    if use_critic and not in_trainer:
+        problems.append(
+            ConfigProblem(
+                "algorithm.advantage_fn",
+                f"preset {alg.algorithm_type!r} trains a critic, whose values need an advantage function "
+                "that runs in the trainer and sets returns (GAE)",
+                hint="set algorithm.advantage_fn to ppo",
+            )
+        )
     if problems:
         raise ConfigError(problems)
     return Components(

@@ -83,3 +83,12 @@ def test_clipped_is_at_least_mse_and_equals_it_for_a_wide_clip(
     wide, wide_metrics = make("clipped", cliprange_value=1e4)(v, old, g, mask)
     assert wide.item() == pytest.approx(mse.item(), rel=1e-5, abs=1e-6)
     assert wide_metrics["vf_clipfrac"].item() == 0.0
+
+
+def test_plugins_list_shows_the_value_losses(capsys: pytest.CaptureFixture[str]) -> None:
+    from trinity_core.cli.main import main
+
+    assert main(["plugins", "list", "--kind", "value_loss"]) == 0
+    out = capsys.readouterr().out
+    assert "value_loss  clipped" in out
+    assert "value_loss  mse" in out
