@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from trinity_core.cli.main import main
 from trinity_core.config import ConfigError, resolve_config
 from trinity_core.train import train
 from trinity_core.train.critic import critic_model, explained_variance, response_values
@@ -46,8 +47,13 @@ def test_ppo_learns_the_default_task_and_its_critic_explains_more(tmp_path: Path
     ev = [row["critic/explained_variance"] for row in result.history]
     assert _mean(rewards[:10]) < 0.02  # a random policy almost never answers right
     assert _mean(rewards[-10:]) > _mean(rewards[:10]) + 0.05, result.reward_curve
-    # The value head starts random (worse than a constant: negative) and is fitted to the returns.
-    assert _mean(ev[:20]) < 0 < _mean(ev[20:]), ev
+    # The value head starts random, worse than a constant (negative EV), and is fitted to the returns:
+    # -0.009 over the first 20 steps, +0.001 over the last 20. On this task the return is hardly
+    # predictable from the state until the policy knows the sum, so a critic reaches about 0 (the mean
+    # return) early on; NaN steps (every reward 0, nothing to explain) are left out.
+    early, late = _mean(ev[:20]), _mean(ev[20:])
+    assert early < -0.005, ev
+    assert late > early + 0.005, ev
     for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm"):
         assert all(math.isfinite(row[key]) for row in result.history), key
 
@@ -64,9 +70,12 @@ def test_warmup_trains_only_the_critic_and_export_is_the_policy(tmp_path: Path) 
     critic = load_file(str(step / "critic.safetensors"))
     assert critic["score.weight"].shape == (1, SMALL["hidden_size"])
     assert not torch.equal(critic["model.embed_tokens.weight"], initial["model.embed_tokens.weight"])
-    exported = load_file(str(tmp_path / "warm" / "model" / "model.safetensors"))
-    assert not any(k.startswith("score") for k in exported)  # trinity export / model/: the policy only
-    assert exported.keys() == policy.keys()
+    assert main(["export", str(tmp_path / "warm"), str(tmp_path / "exported")]) == 0
+    for out in (tmp_path / "warm" / "model", tmp_path / "exported"):  # model/ and trinity export
+        exported = load_file(str(out / "model.safetensors"))
+        assert exported.keys() == policy.keys()  # the policy only: no value head, no critic
+        for name, tensor in exported.items():
+            torch.testing.assert_close(tensor, policy[name], rtol=0, atol=0, msg=name)
 
 
 def test_default_critic_is_the_policy_with_a_value_head() -> None:
