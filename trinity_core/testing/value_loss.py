@@ -69,9 +69,10 @@ def check_value_loss_zero_at_the_returns(subject: Subject) -> None:
     loss, _ = instance(vpreds, target.clone(), target.clone(), inputs["action_mask"])
     loss.backward()
     grad = vpreds.grad if vpreds.grad is not None else torch.zeros_like(target)
-    if float(loss.detach().abs()) > 1e-7 or float(grad.abs().max()) > 1e-7:
+    value, steepest = float(loss.detach()), float(grad.abs().max())
+    if abs(value) > 1e-7 or steepest > 1e-7:
         raise ConformanceError(
-            f"a perfect critic (vpreds = values = returns) gives loss {float(loss):.3g} and gradient "
-            f"max {float(grad.abs().max()):.3g}",
+            f"a perfect critic (vpreds = values = returns) gives loss {value:.3g} and gradient max "
+            f"{steepest:.3g}",
             "compute the loss from vpreds - returns (a value loss fits the returns)",
         )
