@@ -14,6 +14,7 @@ from trinity_core.testing.value_loss import (
     check_value_loss_is_differentiable,
     check_value_loss_zero_at_the_returns,
     check_value_masked_positions_ignored,
+    check_value_microbatch_invariant,
     check_value_no_host_sync,
 )
 
@@ -62,6 +63,15 @@ class Detached(Good):
         return super().__call__(vpreds.detach(), values, returns, action_mask)
 
 
+class OwnNormalizer(Good):
+    """Squared error over this call's own tokens: ignores the step's global normalizers."""
+
+    def __call__(self, vpreds, values, returns, action_mask, **kwargs):  # type: ignore[no-untyped-def]
+        m = action_mask.bool()
+        loss = 0.5 * torch.where(m, vpreds - returns, 0.0).square().sum() / m.sum()
+        return loss, {"vf_loss": loss}
+
+
 def subject(cls: type) -> Subject:
     return Subject("value_loss", cls.__name__, cls, "<unregistered>")
 
@@ -80,6 +90,7 @@ def test_value_loss_checks_are_registered() -> None:
         (Syncs, check_value_no_host_sync),
         (Offset, check_value_loss_zero_at_the_returns),
         (Detached, check_value_loss_is_differentiable),
+        (OwnNormalizer, check_value_microbatch_invariant),
     ],
 )
 def test_broken_value_losses_fail_their_check(cls: type, check: Any) -> None:
