@@ -137,3 +137,42 @@ def test_a_critic_without_a_value_loss_or_trainer_side_advantage_is_refused() ->
     with pytest.raises(ConfigError, match=r"algorithm\.advantage_fn: .* trains a critic"):
         build_components(resolved, writer)
     assert build_components(resolved, writer, offline=True).value_loss is None  # mode train: no critic
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_critic_update_does_not_depend_on_micro_batches(mode: str) -> None:
+    # One SGD step on 6 rows: the whole minibatch, or micro-batches of 2 under the step's global
+    # normalizers, give the same critic.
+    from accelerate import Accelerator
+
+    from trinity_core import registry
+    from trinity_core.train.critic import Critic
+    from trinity_core.train.profile import StepProfiler
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 16, (6, 9), generator=gen)
+    mask = torch.rand((6, 5), generator=gen) > 0.3
+    columns = {
+        "action_mask": mask,
+        "values": torch.randn((6, 5), generator=gen),
+        "returns": torch.randn((6, 5), generator=gen),
+    }
+    critics = []
+    for micro in (None, 2):
+        config = resolve_config(
+            {
+                "algorithm": {"algorithm_type": "ppo", "loss_agg_mode": mode},
+                "trainer": {"optimizer": "sgd", "lr": 0.1, "micro_batch_size": micro},
+                "critic": {"grad_clip": None},
+            }
+        )
+        loss = registry.create("value_loss", "clipped", {"cliprange_value": 0.2})
+        model = critic_model(tiny_model(16, SMALL, seed=0), None, seed=0)
+        critic = Critic(config, Accelerator(cpu=True), model, loss, StepProfiler(False, torch.device("cpu")))
+        metrics = critic.update(ids, None, 4, columns, 6)
+        assert math.isfinite(float(metrics["critic/vf_loss"]))
+        critics.append(critic.module.state_dict())
+    initial = critic_model(tiny_model(16, SMALL, seed=0), None, seed=0).state_dict()
+    assert not torch.equal(critics[0]["score.weight"], initial["score.weight"])  # the step moved it
+    for name, tensor in critics[0].items():
+        torch.testing.assert_close(critics[1][name], tensor, rtol=1e-5, atol=1e-7, msg=name)
