@@ -224,6 +224,7 @@ def test_kind_bases_cover_contract():
         "policy_loss",
         "kl_fn",
         "entropy_loss",
+        "value_loss",
     }
     for kind, bases in KIND_BASES.items():
         for base in bases:

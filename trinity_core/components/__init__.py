@@ -12,6 +12,7 @@ policy_loss    ``trinity_core.policy_losses``    :class:`PolicyLossFn` (standard
                                                  :class:`StandardPolicyLossFn`)
 kl_fn          ``trinity_core.kl_fns``           :class:`KLFn`
 entropy_loss   ``trinity_core.entropy_losses``   :class:`EntropyLossFn`
+value_loss     ``trinity_core.value_losses``     :class:`ValueLossFn` (the critic's loss)
 =============  ================================  ==========================================
 """
 
@@ -52,6 +53,7 @@ from trinity_core.components.policy_loss import (
     PolicyLossFn,
     StandardPolicyLossFn,
 )
+from trinity_core.components.value_loss import ValueLossFn
 
 KIND_BASES: dict[str, tuple[type, ...]] = {
     "algorithm": (AlgorithmType,),
@@ -60,6 +62,7 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
     "policy_loss": (PolicyLossFn,),
     "kl_fn": (KLFn,),
     "entropy_loss": (EntropyLossFn,),
+    "value_loss": (ValueLossFn,),
 }
 """Kind name to its base classes (a component of a kind subclasses the first of them)."""
 
@@ -90,6 +93,7 @@ __all__ = [
     "PolicyLossFn",
     "StandardPolicyLossFn",
     "TrainerAdvantage",
+    "ValueLossFn",
     "aggregate_metrics",
     "grouped_order",
     "materialize_metrics",

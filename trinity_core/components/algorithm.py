@@ -52,6 +52,8 @@ ALGORITHM_CONFIG_KEYS: Final[frozenset[str]] = frozenset(
         "entropy_loss_fn_args",
         "add_strategy",
         "add_strategy_args",
+        "value_loss_fn",
+        "value_loss_fn_args",
         "loss_agg_mode",
     }
 )

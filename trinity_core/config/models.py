@@ -19,6 +19,7 @@ __all__ = [
     "COMPONENT_KEYS",
     "RUN_MODES",
     "AlgorithmConfig",
+    "CriticConfig",
     "DataConfig",
     "LossAggMode",
     "ModelConfig",
@@ -40,6 +41,7 @@ COMPONENT_KEYS: dict[str, str] = {
     "kl_loss_fn": "kl_fn",
     "entropy_loss_fn": "entropy_loss",
     "add_strategy": "add_strategy",
+    "value_loss_fn": "value_loss",
 }
 """Config key of each algorithm component -> its registry kind; its args live under ``<key>_args``."""
 
@@ -87,6 +89,8 @@ class AlgorithmConfig(Section):
     entropy_loss_fn_args: dict[str, Any] | None = _args("entropy loss")
     add_strategy: str | None = _name("add strategy")
     add_strategy_args: dict[str, Any] | None = _args("add strategy")
+    value_loss_fn: str | None = _name("critic's value loss (presets with use_critic; default clipped)")
+    value_loss_fn_args: dict[str, Any] | None = _args("value loss")
     loss_agg_mode: LossAggMode | None = Field(
         default=None,
         description="Loss aggregation for every component that has a loss_agg_mode argument; only when set.",
@@ -117,6 +121,30 @@ class ModelConfig(Section):
     ref_model_path: str | None = Field(
         default=None,
         description="Reference model for KL; unset: a frozen copy of the initial policy.",
+    )
+    critic_path: str | None = Field(
+        default=None,
+        description=(
+            "Critic of presets with use_critic: a local HF model loaded with "
+            "AutoModelForTokenClassification (num_labels=1); unset: the policy's architecture and initial "
+            "weights with a scalar value head."
+        ),
+    )
+
+
+class CriticConfig(Section):
+    """The critic's optimisation (presets with ``use_critic``); the rest follows ``trainer``.
+
+    The critic uses ``trainer``'s optimizer kind, betas, weight decay, epochs, minibatches and
+    micro-batch size, and a constant learning rate.
+    """
+
+    lr: float | None = Field(default=None, gt=0, description="Critic learning rate; unset: trainer.lr.")
+    grad_clip: float | None = Field(
+        default=1.0, gt=0, description="Max global gradient norm of the critic; None: no clipping."
+    )
+    warmup_steps: int = Field(
+        default=0, ge=0, description="First steps in which only the critic learns (the policy is frozen)."
     )
 
 
@@ -291,6 +319,7 @@ class RunConfig(Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
 
 
 class ResolvedAlgorithmConfig(Section):
@@ -313,6 +342,8 @@ class ResolvedAlgorithmConfig(Section):
     entropy_loss_fn_args: dict[str, Any]
     add_strategy: str | None
     add_strategy_args: dict[str, Any]
+    value_loss_fn: str | None = None
+    value_loss_fn_args: dict[str, Any] = Field(default_factory=dict)
     loss_agg_mode: LossAggMode | None = None
 
 
@@ -332,4 +363,5 @@ class ResolvedConfig(Section):
     trainer: TrainerConfig
     data: DataConfig = Field(default_factory=DataConfig)
     synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)

@@ -35,7 +35,7 @@ from trinity_core.config.models import (
 from trinity_core.registry import ComponentRecord, PluginError, Registry, get_kind, get_registry
 from trinity_core.registry.args import validation_problems
 
-__all__ = ["BASE_DEFAULTS", "DEFAULT_REPEAT_TIMES", "resolve_config"]
+__all__ = ["BASE_DEFAULTS", "CRITIC_VALUE_LOSS", "DEFAULT_REPEAT_TIMES", "resolve_config"]
 
 BASE_DEFAULTS: dict[str, str | None] = {
     "advantage_fn": None,
@@ -44,14 +44,19 @@ BASE_DEFAULTS: dict[str, str | None] = {
     "kl_loss_fn": "none",
     "entropy_loss_fn": "default",
     "add_strategy": None,
+    "value_loss_fn": None,
 }
 """Component names used when neither the user nor the preset names one.
 
 ``advantage_fn`` and ``add_strategy`` default to none at all (presets that need one name it: the
 reference's base ``ppo`` advantage broke RAFT); ``kl_loss_fn`` defaults to ``none`` so no regulariser is
 added unless the preset or the user asks for one; ``entropy_loss_fn`` is ``default``, whose coefficient
-defaults to 0.
+defaults to 0. ``value_loss_fn`` is :data:`CRITIC_VALUE_LOSS` for presets with ``use_critic`` and none
+otherwise.
 """
+
+CRITIC_VALUE_LOSS = "clipped"
+"""The value loss of presets with ``use_critic`` when neither the user nor the preset names one."""
 
 DEFAULT_REPEAT_TIMES = 1
 """``repeat_times`` when neither the user nor the preset sets it."""
@@ -112,6 +117,8 @@ class _Resolver:
             value = self.preset_defaults[key]
             return None if value is None else str(value)
         self.sources[f"algorithm.{key}"] = "base default"
+        if key == "value_loss_fn" and getattr(self.preset and self.preset.obj, "use_critic", False):
+            return CRITIC_VALUE_LOSS
         return BASE_DEFAULTS[key]
 
     def component_args(self, key: str, name: str | None) -> dict[str, Any]:

@@ -52,6 +52,7 @@ _KINDS: dict[str, KindSpec] = {
         KindSpec("policy_loss", "trinity_core.policy_losses", "policy loss"),
         KindSpec("kl_fn", "trinity_core.kl_fns", "KL function"),
         KindSpec("entropy_loss", "trinity_core.entropy_losses", "entropy loss"),
+        KindSpec("value_loss", "trinity_core.value_losses", "value loss"),
         KindSpec("reward_fn", "trinity_core.reward_fns", "reward function", _must_be_callable),
         KindSpec("task", "trinity_core.tasks", "task set", _must_be_task),
     )

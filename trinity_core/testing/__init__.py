@@ -35,6 +35,7 @@ from trinity_core.testing.suites import (
     KLFnConformance,
     PluginConformance,
     PolicyLossConformance,
+    ValueLossConformance,
     distribution_cases,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "PluginConformance",
     "PolicyLossConformance",
     "Subject",
+    "ValueLossConformance",
     "all_checks",
     "check_names",
     "checks_for",

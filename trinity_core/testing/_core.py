@@ -41,6 +41,7 @@ KIND_TITLES: dict[str, str] = {
     "policy_loss": "policy loss",
     "kl_fn": "KL function",
     "entropy_loss": "entropy loss",
+    "value_loss": "value loss",
 }
 
 
@@ -175,6 +176,7 @@ _CHECK_MODULES = (
     "policy_loss",
     "kl_fn",
     "entropy_loss",
+    "value_loss",
     "advantage_fn",
     "trainer_advantage",
     "add_strategy",

@@ -5,8 +5,9 @@ Everything comes from a ``torch.Generator`` seeded by the caller, so a failure i
 Loss inputs (trinity names, ``B`` in {4, 6}, ``T`` in 7..12): ``action_mask`` ``(B, T)`` bool with
 right padding, an interior hole in some rows and at least one selected token per row; ``logprob``,
 ``old_logprob``, ``ref_logprob``, ``teacher_logprob`` (negative), ``advantages``, ``returns``, ``values``,
-``token_level_scores``, ``token_level_rewards`` (standard normal), ``entropy`` (positive), all float32
-``(B, T)``; ``expert_mask`` ``(B,)`` bool; ``step`` ``(B,)`` int64 (one value).
+``token_level_scores``, ``token_level_rewards`` (standard normal), ``entropy`` (positive), ``vpreds``
+(``values`` plus noise of std 0.5, so some cross a value clip), all float32 ``(B, T)``; ``expert_mask``
+``(B,)`` bool; ``step`` ``(B,)`` int64 (one value).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ LOSS_INPUT_NAMES: tuple[str, ...] = (
     "token_level_scores",
     "token_level_rewards",
     "entropy",
+    "vpreds",
     "action_mask",
     "expert_mask",
     "step",
@@ -68,7 +70,7 @@ def loss_inputs(seed: int) -> dict[str, Tensor]:
     mask = torch.arange(T)[None, :] < lengths[:, None]
     mask[::2, 1] = False  # an interior hole in every other row
     logprob = -_uniform(g, (B, T), 0.05, 4.0)
-    return {
+    inputs = {
         "logprob": logprob,
         "old_logprob": (logprob + 0.2 * torch.randn((B, T), generator=g)).clamp(max=-1e-3),
         "ref_logprob": (logprob + 0.3 * torch.randn((B, T), generator=g)).clamp(max=-1e-3),
@@ -83,6 +85,9 @@ def loss_inputs(seed: int) -> dict[str, Tensor]:
         "expert_mask": torch.arange(B) % 2 == 1,
         "step": torch.full((B,), 3, dtype=torch.int64),
     }
+    # Drawn last, so that the inputs above stay what they were before value losses existed.
+    inputs["vpreds"] = inputs["values"] + 0.5 * torch.randn((B, T), generator=g)
+    return inputs
 
 
 def float_matrices(inputs: Mapping[str, Any], mask: Tensor) -> list[str]:

@@ -26,6 +26,7 @@ CONFIG_KEY_KINDS: dict[str, str] = {
     "kl_loss_fn": "kl_fn",
     "entropy_loss_fn": "entropy_loss",
     "add_strategy": "add_strategy",
+    "value_loss_fn": "value_loss",
 }
 """``default_config()`` keys that name a component, with the kind of that component."""
 

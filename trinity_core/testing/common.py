@@ -20,7 +20,7 @@ __all__ = [
     "runtime_objects",
 ]
 
-COMPONENT_KINDS = ("advantage_fn", "add_strategy", "policy_loss", "kl_fn", "entropy_loss")
+COMPONENT_KINDS = ("advantage_fn", "add_strategy", "policy_loss", "kl_fn", "entropy_loss", "value_loss")
 """Kinds whose classes take arguments (``Args``); algorithms are presets without arguments."""
 ALL_KINDS = ("algorithm", *COMPONENT_KINDS)
 

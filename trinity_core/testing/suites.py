@@ -27,6 +27,7 @@ __all__ = [
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "ValueLossConformance",
 ]
 
 OPTION_DEST = "trinity_plugin"
@@ -170,6 +171,12 @@ class EntropyLossConformance(ComponentConformance):
     """Conformance of one entropy loss: ``component = "<name>"``."""
 
     kind = "entropy_loss"
+
+
+class ValueLossConformance(ComponentConformance):
+    """Conformance of one value loss: ``component = "<name>"``."""
+
+    kind = "value_loss"
 
 
 class AlgorithmConformance(ComponentConformance):

@@ -31,6 +31,8 @@ class Components:
     advantage: Any | None
     add_strategy: Any | None
     advantage_in_trainer: bool
+    value_loss: Any | None = None
+    """The critic's loss; set only for presets with ``use_critic`` (a critic is then built)."""
 
 
 def needs_reference(config: ResolvedConfig) -> bool:
@@ -100,6 +102,24 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
                     hint="use kl_loss_fn instead, or a trainer-side advantage function",
                 )
             )
+    use_critic = bool(getattr(preset, "use_critic", False)) and not offline
+    if use_critic and alg.value_loss_fn in _OFF:
+        problems.append(
+            ConfigProblem(
+                "algorithm.value_loss_fn",
+                f"preset {alg.algorithm_type!r} trains a critic (use_critic), which needs a value loss",
+                hint="set algorithm.value_loss_fn: clipped, mse (`trinity plugins list --kind value_loss`)",
+            )
+        )
+    if use_critic and not in_trainer:
+        problems.append(
+            ConfigProblem(
+                "algorithm.advantage_fn",
+                f"preset {alg.algorithm_type!r} trains a critic, whose values need an advantage function "
+                "that runs in the trainer and sets returns (GAE)",
+                hint="set algorithm.advantage_fn to ppo",
+            )
+        )
     if problems:
         raise ConfigError(problems)
     return Components(
@@ -112,6 +132,7 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
         advantage=advantage,
         add_strategy=add_strategy,
         advantage_in_trainer=in_trainer,
+        value_loss=make("value_loss", "value_loss_fn") if use_critic else None,
     )
 
 

@@ -6,6 +6,7 @@ Layout of ``<run_dir>/checkpoints``::
         model.safetensors   model state dict
         optimizer.safetensors + optimizer.json   tensors / structure of the optimizer state
         state.json          step, scheduler, buffer state, task generator, python RNG
+        critic*.safetensors + critic-optimizer.json   the critic and its optimizer (presets with use_critic)
         rng-rank<r>.safetensors   torch RNG states of rank r (CPU, CUDA)
         manifest.json       size and sha256 of every other file, recorded at commit
     latest                  name of the newest complete checkpoint
@@ -318,6 +319,8 @@ def save_run(
             "python_rng": python_rng_state(),
         }
         (tmp / "state.json").write_text(json.dumps(meta), encoding="utf-8")
+        if getattr(learner, "critic", None) is not None:  # weights + optimizer of a PPO critic
+            learner.critic.save(tmp)
     accelerator.wait_for_everyone()
     if is_main:
         commit(root, tmp, step, keep)
@@ -353,6 +356,8 @@ def load_run(
         load_optimizer_state(load_file(str(path / "optimizer.safetensors")), structure)
     )
     learner.scheduler.load_state_dict(meta["scheduler"])
+    if getattr(learner, "critic", None) is not None:
+        learner.critic.load(path)
     set_python_rng_state(meta["python_rng"])
     load_rng_state(path / f"rng-rank{accelerator.process_index}.safetensors", task_generator)
     task_state = path / f"task-rank{accelerator.process_index}.json"

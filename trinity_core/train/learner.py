@@ -5,6 +5,7 @@ Step ``s`` of mode ``both`` (:meth:`Learner.step`)::
     batch     = buffer.read_batch()                          # what the explorer wrote for step s
     batch     = rows of batch made by a policy at most max_staleness versions old
     old, ref  = no-grad passes; trainer-side advantage fn on the batch (after a KL penalty)
+    values    = the critic's no-grad pass (presets with use_critic; then critic.update on the returns)
     for epoch, minibatch: for micro-batch:                   # PPO-style update
         loss = policy_loss + kl_loss - entropy_loss   (global normalizers: LossScale)
         accelerator.backward(loss)
@@ -33,6 +34,7 @@ from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import BufferReader, MemoryReader
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.ops import LossScale, global_normalizers
+from trinity_core.train.critic import build_critic
 from trinity_core.train.offline import StoredExperiences
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.synchronizer import keep_fresh
@@ -93,7 +95,7 @@ class Learner:
         profiler: StepProfiler,
         event_loop: asyncio.AbstractEventLoop,
     ) -> None:
-        """Hold the parts of the update; nothing is computed here."""
+        """Hold the parts of the update and build the critic when the preset has ``use_critic``."""
         tcfg = config.trainer
         self.config, self.acc, self.components = config, accelerator, components
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -105,6 +107,7 @@ class Learner:
         self.need_old_pass = tcfg.epochs * tcfg.minibatches > 1
         self.max_staleness = config.synchronizer.max_staleness
         self.version = 0
+        self.critic = build_critic(config, accelerator, self.policy, components, profiler)
 
     # ------------------------------------------------------------------ mode both
 
@@ -147,6 +150,8 @@ class Learner:
         if self.ref is not None:
             with prof.section("reference"), torch.no_grad():
                 batch.extras["ref_logprobs"] = response_logprobs(self.ref, ids, attn, P, False)[0]
+        if self.critic is not None:
+            batch.extras["values"] = self.critic.values(ids, attn, P)
         if in_trainer:
             if comps.kl_penalty is not None:
                 old = batch.extras.get("old_logprobs")
@@ -179,7 +184,13 @@ class Learner:
             **{k[:-1] if k.endswith("logprobs") else k: v for k, v in batch.extras.items()},
         }
         n = len(batch)
-        metrics.update(self.update(ids, attn, P, columns, n))
+        if self.critic is not None:
+            assert batch.returns is not None  # a trainer-side advantage function sets returns
+            metrics.update(self.critic.update(ids, attn, P, {**columns, "returns": batch.returns}, n))
+        if self.critic is not None and self.critic.warming_up(step):
+            self.version += 1  # the policy is frozen while only the critic learns
+        else:
+            metrics.update(self.update(ids, attn, P, columns, n))
 
         # 5. Metrics of the batch trained on.
         metrics["reward/mean"] = torch.nanmean(batch.rewards)

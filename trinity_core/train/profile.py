@@ -10,9 +10,18 @@ import torch
 
 __all__ = ["SECTIONS", "StepProfiler", "format_profile"]
 
-SECTIONS = ("generation", "old_logprob", "reference", "forward_backward", "optimizer")
-"""Named parts of a step; the rest of the step (rewards, EIDs, hooks, advantages, buffer, batch,
-metrics, logging, checkpoints) is reported as ``other``."""
+SECTIONS = (
+    "generation",
+    "old_logprob",
+    "reference",
+    "critic_values",
+    "forward_backward",
+    "optimizer",
+    "critic_update",
+)
+"""Named parts of a step (``critic_values``: the critic's no-grad forward; ``critic_update``: its
+forward, backward and optimizer step; both 0 without a critic); the rest of the step (rewards, EIDs,
+hooks, advantages, buffer, batch, metrics, logging, checkpoints) is reported as ``other``."""
 
 
 class StepProfiler:
