@@ -16,7 +16,6 @@ CORE = Path(__file__).resolve().parents[1] / "trinity_core"
 #: Files allowed past :data:`MAX_LINES`, each with the reason. Keep this list short.
 LONG_FILES: dict[str, str] = {
     "jsonvalue.py": "one concept: the tagged JSON encoding of info values, both directions side by side",
-    "train/loop.py": "the trainer before its split into explorer and learner (issue 17)",
 }
 
 MAX_LINES = 420
