@@ -104,12 +104,24 @@ def test_the_section_runs_as_written(
     Path("gsm8k.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
 
     commands = [shlex.split(line) for line in blocks["bash"][0].splitlines() if line.strip()]
-    assert [c[:2] for c in commands] == [["pip", "install"], ["trinity", "train"], ["trinity", "export"]]
+    assert [c[:2] for c in commands] == [
+        ["pip", "install"],
+        ["trinity", "eval"],
+        ["trinity", "train"],
+        ["trinity", "eval"],
+        ["trinity", "export"],
+    ]
     for command in commands[1:]:
         assert main(command[1:]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "trained 2 steps" in out
     assert "exported to exported" in out
+    for written in (Path("before.json"), Path("runs/gsm8k/eval.json")):
+        figures = json.loads(written.read_text(encoding="utf-8"))["figures"]
+        assert figures["eval/prompts"] == 2.0  # the eval_split's two rows
+        assert set(figures) >= {"eval/greedy_reward", "eval/pass@1", "eval/pass@2"}
+    logged = [json.loads(line) for line in Path("runs/gsm8k/metrics.jsonl").read_text().splitlines()]
+    assert all("eval/greedy_reward" in row for row in logged)  # eval_every: 1
 
     from transformers import AutoTokenizer
 
