@@ -14,6 +14,7 @@ import json
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -127,6 +128,16 @@ def test_the_section_runs_as_written(
 
     assert AutoTokenizer.from_pretrained("exported").chat_template == CHAT_TEMPLATE
     printed = io.StringIO()
+    namespace: dict[str, Any] = {}
     with contextlib.redirect_stdout(printed):
-        exec(compile(blocks["python"][0], "docs/training.md", "exec"), {})
-    assert printed.getvalue().strip() != ""
+        exec(compile(blocks["python"][0], "docs/training.md", "exec"), namespace)
+    assert printed.getvalue().endswith("\n")  # the answer, whatever two steps taught the tiny model
+    # The block feeds the exported model what the trainer fed it: the chat-templated prompt.
+    from trinity_core.train.prompts import PromptRenderer
+    from trinity_core.train.rollout import encode_prompts
+
+    tokenizer, messages = namespace["tokenizer"], namespace["messages"]
+    texts = PromptRenderer(tokenizer, templated=True).texts([{"prompt": "", "prompt_messages": messages}])
+    trainer_ids = encode_prompts(tokenizer, texts, torch.device("cpu"))[0]
+    assert namespace["ids"]["input_ids"].tolist() == trainer_ids.tolist()
+    assert texts[0].endswith("<|im_start|>assistant\n")

@@ -131,3 +131,19 @@ def test_eval_of_a_model_folder_without_a_config_is_one_line(
     assert not (stack["model"] / "eval.json").exists()
     assert main(["eval", str(stack["root"] / "nowhere"), "--config", str(stack["config"])]) == 1
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_the_gpu_recipe_is_the_real_stack_at_full_size() -> None:
+    from trinity_core.config import resolve_config
+    from trinity_core.config.loading import read_yaml_mapping
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "gsm8k-qwen2.5-0.5b.yaml"
+    recipe = resolve_config(read_yaml_mapping(example))
+    offline = resolve_config(run_config(Path("model"), Path("data")))
+    assert recipe.tasks.name == offline.tasks.name == "dataset"
+    assert recipe.tasks.reward_fns == offline.tasks.reward_fns == ["gsm8k"]
+    assert recipe.tasks.args["eval_split"] == "test"
+    assert recipe.model.chat_template is None  # the Qwen tokenizer's own template
+    assert recipe.trainer.device == "cuda"
+    assert recipe.trainer.eval_every > 0
+    assert recipe.trainer.export_every > 0
