@@ -4,7 +4,9 @@ Every ``trainer.export_every`` steps and at the end, the policy goes to ``<run_d
 ``save_pretrained`` (replaced only when the new folder is complete); every ``trainer.eval_every`` steps
 the held-out figures of :mod:`trinity_core.train.evaluation` join the step's metrics (``eval/...``).
 Both happen on the main process only; mode ``train`` (stored experiences, no rollouts) is not
-evaluated.
+evaluated. Evaluation samples from its own seeded generator state, so a run in lock step trains exactly
+as without ``eval_every``; with ``synchronizer.sync_offset > 0`` the explorer's thread may sample while
+the evaluation runs, and its draws then differ (the run is as valid, not bit-identical).
 """
 
 from __future__ import annotations
