@@ -11,6 +11,7 @@ import pytest
 from rollout_support import TINY_MODEL
 from safetensors.torch import load_file
 
+from trinity_core.cli.main import main
 from trinity_core.train import periodic, train
 
 TIMINGS = ("eval/", "time/", "throughput/", "explorer/idle", "learner/idle")
@@ -51,7 +52,7 @@ def test_export_every_writes_the_weights_of_that_step(
 
     monkeypatch.setattr(periodic, "save_policy", keep_a_copy)
     run = tmp_path / "run"
-    train(_config(export_every=2), run_dir=run)
+    train(_config(export_every=2, eval_every=2), run_dir=run)
     assert len(copies) == 2  # after step 2 (export_every), after step 4 (the end of the run)
     for copy, step in zip(copies, (2, 4), strict=True):
         exported = load_file(str(copy / "model.safetensors"))
@@ -59,6 +60,13 @@ def test_export_every_writes_the_weights_of_that_step(
         assert set(trained) <= set(exported)
         assert all(exported[k].equal(trained[k]) for k in trained), step
     assert (run / "model" / "config.json").is_file()
+
+    # trinity eval of the step-2 checkpoint: the figures the trainer logged at step 2.
+    assert main(["eval", str(run), "--step", "2", "--output", str(tmp_path / "step2.json")]) == 0
+    result = json.loads((tmp_path / "step2.json").read_text())
+    assert result["model"] == str(run / "checkpoints" / "step-000002")
+    logged = json.loads((run / "metrics.jsonl").read_text().splitlines()[1])
+    assert result["figures"] == {k: v for k, v in logged.items() if k.startswith("eval/")}
 
 
 def test_eval_every_logs_the_figures_and_leaves_training_as_it_was(tmp_path: Path) -> None:

@@ -84,6 +84,8 @@ def evaluate_target(
     if not path.is_dir():
         raise EvalError(f"{path}: no such folder; give a run directory or a model folder")
     is_run = (path / CONFIG_FILE).is_file()
+    if step is not None and not is_run:
+        raise EvalError(f"--step {step}: {path} is a model folder, not a run directory with checkpoints")
     resolved = _config(path, is_run, config, overrides)
     if resolved.trainer.threads is not None:
         torch.set_num_threads(resolved.trainer.threads)
