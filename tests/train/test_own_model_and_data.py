@@ -14,6 +14,7 @@ import json
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -104,17 +105,39 @@ def test_the_section_runs_as_written(
     Path("gsm8k.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
 
     commands = [shlex.split(line) for line in blocks["bash"][0].splitlines() if line.strip()]
-    assert [c[:2] for c in commands] == [["pip", "install"], ["trinity", "train"], ["trinity", "export"]]
+    assert [c[:2] for c in commands] == [
+        ["pip", "install"],
+        ["trinity", "eval"],
+        ["trinity", "train"],
+        ["trinity", "eval"],
+        ["trinity", "export"],
+    ]
     for command in commands[1:]:
         assert main(command[1:]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "trained 2 steps" in out
     assert "exported to exported" in out
+    for written in (Path("before.json"), Path("runs/gsm8k/eval.json")):
+        figures = json.loads(written.read_text(encoding="utf-8"))["figures"]
+        assert figures["eval/prompts"] == 2.0  # the eval_split's two rows
+        assert set(figures) >= {"eval/greedy_reward", "eval/pass@1", "eval/pass@2"}
+    logged = [json.loads(line) for line in Path("runs/gsm8k/metrics.jsonl").read_text().splitlines()]
+    assert all("eval/greedy_reward" in row for row in logged)  # eval_every: 1
 
     from transformers import AutoTokenizer
 
     assert AutoTokenizer.from_pretrained("exported").chat_template == CHAT_TEMPLATE
     printed = io.StringIO()
+    namespace: dict[str, Any] = {}
     with contextlib.redirect_stdout(printed):
-        exec(compile(blocks["python"][0], "docs/training.md", "exec"), {})
-    assert printed.getvalue().strip() != ""
+        exec(compile(blocks["python"][0], "docs/training.md", "exec"), namespace)
+    assert printed.getvalue().endswith("\n")  # the answer, whatever two steps taught the tiny model
+    # The block feeds the exported model what the trainer fed it: the chat-templated prompt.
+    from trinity_core.train.prompts import PromptRenderer
+    from trinity_core.train.rollout import encode_prompts
+
+    tokenizer, messages = namespace["tokenizer"], namespace["messages"]
+    texts = PromptRenderer(tokenizer, templated=True).texts([{"prompt": "", "prompt_messages": messages}])
+    trainer_ids = encode_prompts(tokenizer, texts, torch.device("cpu"))[0]
+    assert namespace["ids"]["input_ids"].tolist() == trainer_ids.tolist()
+    assert texts[0].endswith("<|im_start|>assistant\n")

@@ -15,5 +15,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trinity_core.cli.info",
     "trinity_core.cli.train",
     "trinity_core.cli.export",
+    "trinity_core.cli.eval",
 )
 """Modules whose ``register(subparsers)`` adds a command group, in help order."""

@@ -46,6 +46,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from trinity_core.train.loop import LaunchError
     from trinity_core.train.model import ModelLoadError
     from trinity_core.train.profile import format_profile
+    from trinity_core.train.prompts import PromptRenderError
     from trinity_core.train.rewards import RewardError
     from trinity_core.train.run import RunDirError, RunFinished, train
 
@@ -64,7 +65,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     except RunFinished as exc:
         print(f"trinity train: {exc}", file=sys.stderr)
         return 0
-    except (RunDirError, ModelLoadError, LaunchError, CheckpointError, RewardError) as exc:
+    except (RunDirError, ModelLoadError, LaunchError, CheckpointError, RewardError, PromptRenderError) as exc:
         if ns.debug:
             raise
         print(f"trinity train: error: {exc}", file=sys.stderr)

@@ -130,6 +130,13 @@ class ModelConfig(Section):
             "weights with a scalar value head."
         ),
     )
+    chat_template: bool | str | None = Field(
+        default=None,
+        description=(
+            "Render prompts with a chat template (apply_chat_template, add_generation_prompt): unset: the "
+            "tokenizer's own when it has one; a path: a Jinja template file; true: required; false: off."
+        ),
+    )
 
 
 class CriticConfig(Section):
@@ -167,6 +174,15 @@ class TasksConfig(Section):
         default_factory=dict, description="Keyword arguments per reward function name."
     )
     eval_size: int = Field(default=100, ge=0, description="Held-out prompts for the final greedy accuracy.")
+    eval_k: int = Field(
+        default=4,
+        ge=0,
+        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only.",
+    )
+    eval_success: float = Field(
+        default=1.0,
+        description="A response whose combined reward is at least this counts as solved (pass@k).",
+    )
 
 
 class RolloutConfig(Section):
@@ -224,6 +240,14 @@ class TrainerConfig(Section):
         default=200, ge=0, description="Checkpoint every N steps (0: only at the end)."
     )
     keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept (oldest removed).")
+    export_every: int = Field(
+        default=0, ge=0, description="Write the policy to <run_dir>/model every N steps (0: only at the end)."
+    )
+    eval_every: int = Field(
+        default=0,
+        ge=0,
+        description="Evaluate on tasks.eval_size held-out prompts every N steps (greedy, pass@k); 0: never.",
+    )
     trackers: list[str] | Literal["auto"] = Field(
         default="auto",
         description="Accelerate trackers (tensorboard, wandb, ...); auto: tensorboard if installed.",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -79,6 +80,7 @@ def rollout_experiences(
     group_size: int,
     task_offset: int = 0,
     model_version: int | None = None,
+    messages: Sequence[list[dict[str, Any]]] | None = None,
 ) -> list[Experience]:
     """One single-turn experience per response of ``rollout`` whose reward is not None (order kept).
 
@@ -91,6 +93,7 @@ def rollout_experiences(
         task_offset: the global index of this rank's first prompt.
         model_version: the version of the policy that sampled the rollout, recorded as
             ``info["model_version"]`` (None: not recorded).
+        messages: ``N`` conversations (prompt and sampled answer), kept as ``Experience.messages``.
     """
     n = rollout.response_ids.shape[0]
     if len(rewards) != n:
@@ -104,6 +107,7 @@ def rollout_experiences(
     prompt_lengths = prompt_mask.sum(1)
     if int(prompt_lengths.min()) <= 0 or int(response_lengths.min()) <= 0:
         return _constructed(rollout, rewards, keep, step, group_size, task_offset)  # raises its error
+    kept_messages = [messages[i] for i in keep] if messages is not None else [None] * len(keep)
     response_mask = torch.arange(rollout.response_ids.shape[1]) < response_lengths[:, None]
     ids = torch.cat([rollout.prompt_ids.cpu()[rows], rollout.response_ids.cpu()[rows]], dim=1)
     flat = ids[torch.cat([prompt_mask, response_mask], dim=1)].to(torch.int32)
@@ -116,7 +120,8 @@ def rollout_experiences(
     suffixes = [hexes[k : k + width] for k in range(0, len(hexes), width)]
     restore, template = Experience._restore, _TEMPLATE
     out: list[Experience] = []
-    for i, tok, p, status, mask, suffix in zip(keep, tokens, p_list, statuses, masks, suffixes, strict=True):
+    rows_out = zip(keep, tokens, p_list, statuses, masks, suffixes, kept_messages, strict=True)
+    for i, tok, p, status, mask, suffix, conversation in rows_out:
         eid = EID(step, task_offset + i // group_size, i % group_size, 0, suffix)
         out.append(
             restore(
@@ -128,6 +133,7 @@ def rollout_experiences(
                     "reward": rewards[i],
                     "truncate_status": status,
                     "action_mask": mask,
+                    "messages": conversation,
                     "info": _info(model_version),
                     "metrics": {},
                     "custom_fields": [],
@@ -173,6 +179,7 @@ def rollout_batch(
     pad_token_id: int = 0,
     group_levels: Collection[GroupLevel] = GROUP_LEVELS,
     model_version: int | None = None,
+    messages: Sequence[list[dict[str, Any]]] | None = None,
 ) -> ExperienceBatch:
     """The experiences of :func:`rollout_experiences` as an ``ExperienceBatch``, built from the columns.
 
@@ -207,6 +214,7 @@ def rollout_batch(
             group_size=group_size,
             task_offset=task_offset,
             model_version=model_version,
+            messages=messages,
         )
         return ExperienceBatch.from_experiences(exps, pad_token_id=pad_token_id, group_levels=group_levels)
     P, R = int(prompt_lengths.max()), int(response_lengths.max())
@@ -220,8 +228,14 @@ def rollout_batch(
     runs = [i % group_size for i in keep]
     index, keys = _rollout_groups(tasks, runs, step, group_levels)
 
+    kept_messages = [messages[i] for i in keep] if messages is not None else None
+
     def make(batch: ExperienceBatch) -> list[Experience]:
-        return _materialize(batch, step, tasks, runs, kept_rewards, statuses, model_version)
+        made = _materialize(batch, step, tasks, runs, kept_rewards, statuses, model_version)
+        if kept_messages is not None:
+            for exp, conversation in zip(made, kept_messages, strict=True):
+                exp.messages = conversation
+        return made
 
     lazy = RolloutExperiences(len(keep), make, kept_rewards, model_version)
     batch = ExperienceBatch(

@@ -37,8 +37,10 @@ from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.hooks import run_experience_pipeline
 from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
+from trinity_core.train.evaluation import EvalSettings, decode_completions, evaluate_policy
 from trinity_core.train.experiences import rollout_batch, rollout_experiences
 from trinity_core.train.profile import StepProfiler
+from trinity_core.train.prompts import PromptRenderer
 from trinity_core.train.rewards import combine_rewards
 from trinity_core.train.rollout import Rollout, generate
 
@@ -55,6 +57,8 @@ class Explored:
     model_version: int
     seconds: float
     """Wall time of :meth:`Explorer.rollout` (for the idle fractions)."""
+    messages: list[list[dict[str, Any]]] | None = None
+    """Per response, the conversation with the sampled answer (chat-templated prompts only)."""
 
 
 class Explorer:
@@ -71,6 +75,7 @@ class Explorer:
         pm: the plugin manager (the ``trinity_process_experiences`` stage).
         task_gen: the generator of task sampling (saved in checkpoints).
         event_loop: runs the buffer's coroutines.
+        prompter: renders rows into prompt texts (default: the plain ``prompt`` text).
     """
 
     def __init__(
@@ -89,6 +94,7 @@ class Explorer:
         task_gen: torch.Generator,
         profiler: StepProfiler,
         event_loop: asyncio.AbstractEventLoop,
+        prompter: PromptRenderer | None = None,
     ) -> None:
         """Hold the parts of a rollout; nothing is computed here."""
         self.config, self.rank, self.prompts_per_rank = config, rank, prompts_per_rank
@@ -99,6 +105,7 @@ class Explorer:
         self.group_size = config.algorithm.repeat_times
         self.max_new_tokens = config.rollout.max_new_tokens or task.max_response_tokens()
         self.version = 0
+        self.prompter = prompter or PromptRenderer(tokenizer, templated=False)
 
     def step(self, step: int) -> dict[str, Tensor]:
         """Make and write the experiences of step ``step`` (0-based); return the explorer's metrics."""
@@ -118,7 +125,7 @@ class Explorer:
             rollout = generate(
                 self.policy,
                 self.tokenizer,
-                prompts,
+                self.prompter.texts(rows),
                 repeat=G,
                 max_new_tokens=self.max_new_tokens,
                 temperature=rcfg.temperature,
@@ -139,7 +146,8 @@ class Explorer:
             fields,
             completion_ids=completion_ids,
         )
-        return Explored(step, rollout, rewards, self.version, time.perf_counter() - start)
+        messages = self.prompter.messages(rows, completions, G)
+        return Explored(step, rollout, rewards, self.version, time.perf_counter() - start, messages)
 
     # ------------------------------------------------------------------ experiences into the buffer
 
@@ -165,6 +173,7 @@ class Explorer:
                 pad_token_id=self.tokenizer.pad_token_id,
                 group_levels=columnar,
                 model_version=version,
+                messages=explored.messages,
             )
             if comps.advantage_in_trainer:
                 written: ExperienceBatch | list[Experience] = built
@@ -178,7 +187,13 @@ class Explorer:
                 self.event_loop.run_until_complete(self.writer.write(written))
         else:
             exps = rollout_experiences(
-                rollout, rewards, step=step, group_size=G, task_offset=base, model_version=version
+                rollout,
+                rewards,
+                step=step,
+                group_size=G,
+                task_offset=base,
+                model_version=version,
+                messages=explored.messages,
             )
             exps = run_experience_pipeline(self.pm, exps, step)
             if comps.add_strategy is not None:
@@ -210,41 +225,15 @@ class Explorer:
         self.version = version
 
     def decode(self, rollout: Rollout) -> tuple[list[str], list[tuple[int, ...]]]:
-        """Completion texts and ids = response tokens before EOS, special tokens spelled out (a stray
-        ``<pad>`` never matches an answer); the ids go to reward functions as ``completion_ids``."""
-        ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
-        ids = rollout.response_ids.tolist()
-        rows = [tuple(row[:e]) for row, e in zip(ids, ends, strict=True)]
-        # The G responses to a prompt often repeat: each distinct response is decoded once.
-        distinct = list(dict.fromkeys(rows))
-        text = dict(zip(distinct, self.tokenizer.batch_decode([list(r) for r in distinct]), strict=True))
-        return [text[row] for row in rows], rows
+        """Completion texts and ids (see :func:`~trinity_core.train.evaluation.decode_completions`)."""
+        return decode_completions(self.tokenizer, rollout)
 
-    @torch.no_grad()
     def evaluate(self, policy: Any, n: int) -> float | None:
         """Greedy accuracy (mean combined reward) of ``policy`` on ``n`` held-out rows of the task."""
-        rows = self.task.eval_rows(n, self.config.trainer.seed)
-        prompts = [r["prompt"] for r in rows]
-        rollout = generate(
-            policy,
-            self.tokenizer,
-            prompts,
-            repeat=1,
-            max_new_tokens=self.max_new_tokens,
-            temperature=1.0,
-            greedy=True,
-        )
-        completions, completion_ids = self.decode(rollout)
-        fields = {k: [r[k] for r in rows] for k in self.task.fields if k != "prompt"}
-        fields["truncated"] = rollout.truncated.tolist()
-        rewards = combine_rewards(
-            self.reward_fns,
-            self.reward_weights,
-            self.reward_names,
-            prompts,
-            completions,
-            fields,
-            completion_ids=completion_ids,
-        )
-        scored = [r for r in rewards if r is not None]
-        return sum(scored) / len(scored) if scored else None
+        settings = EvalSettings(n=n, k=0, max_new_tokens=self.max_new_tokens, seed=self.config.trainer.seed)
+        return self.evaluate_all(policy, settings)["eval/greedy_reward"]
+
+    def evaluate_all(self, policy: Any, settings: EvalSettings) -> dict[str, float | None]:
+        """Every figure of :func:`~trinity_core.train.evaluation.evaluate_policy` for ``policy``."""
+        rewards = (self.reward_names, self.reward_fns, self.reward_weights)
+        return evaluate_policy(policy, self.tokenizer, self.prompter, self.task, rewards, settings)

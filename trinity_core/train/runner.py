@@ -33,11 +33,12 @@ from trinity_core.hooks import get_plugin_manager, notify_metrics
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
 from trinity_core.train.explorer import Explored, Explorer
-from trinity_core.train.export import save_policy
 from trinity_core.train.learner import Learner, check_loss_inputs
 from trinity_core.train.model import load_policy
 from trinity_core.train.offline import check_offline_trainer, check_vocabulary, load_stored_experiences
+from trinity_core.train.periodic import RunOutputs
 from trinity_core.train.profile import StepProfiler
+from trinity_core.train.prompts import build_prompter
 from trinity_core.train.synchronizer import InlineExecutor, Synchronizer
 from trinity_core.train.update import lr_scheduler, make_optimizer
 
@@ -128,6 +129,7 @@ class Runner:
             self.task.alphabet(),
             seed=tcfg.seed,
         )
+        prompter = build_prompter(tokenizer, config.model.chat_template, self.task)
         if self.data is not None:
             check_vocabulary(self.data, model)
         ref = self._reference(model)
@@ -173,7 +175,9 @@ class Runner:
             task_gen=self.task_gen,
             profiler=self.profiler,
             event_loop=self.event_loop,
+            prompter=prompter,
         )
+        self.outputs = RunOutputs(self)  # eval_every, export_every and the model at the end
         if resume:
             try:
                 self.start_step = ckpt.load_run(run_dir, accelerator, self.learner, self.task_gen, self.task)
@@ -336,6 +340,7 @@ class Runner:
 
     def _record(self, step: int, out: dict[str, float], *, checkpoint: bool) -> None:
         """Log the step's metrics, checkpoint when due, tell the observers, move the progress bar."""
+        out.update(self.outputs.after_step(step))
         self.history.append(out)
         if self._log is not None:
             self._log.write(json.dumps(out) + "\n")
@@ -385,13 +390,7 @@ class Runner:
             ckpt.write_json_atomic(self.run_dir / "summary.json", summary)
             # A model that from_pretrained loads, next to the checkpoints (trinity export does the same
             # for any checkpoint).
-            save_policy(
-                self.acc.unwrap_model(self.learner.policy),
-                self.explorer.tokenizer,
-                self.run_dir / "model",
-                max_new_tokens=self.explorer.max_new_tokens,
-                overwrite=True,
-            )
+            self.outputs.export()
             from trinity_core.train.plot import plot_run
 
             plot_run(self.run_dir / "metrics.jsonl", self.run_dir / "plot.png")
