@@ -191,7 +191,7 @@ def test_config_validate(installed: PluginSite, tmp_path: Path, capsys: pytest.C
         "clip_range": 0.2,
         "mode": "b",
     }
-    assert data["sources"]["algorithm.policy_loss_fn_args.mode"] == "user"
+    assert data["sources"]["algorithm.policy_loss_fn_args.mode"] == "config file"
     assert main(["config", "validate", str(good)]) == 0
     assert "policy_loss_fn: tt_loss" in capsys.readouterr().out
 
