@@ -37,7 +37,7 @@ from trinity_core.config.models import (
     RunConfig,
 )
 from trinity_core.registry import ComponentRecord, PluginError, Registry, get_kind, get_registry
-from trinity_core.registry.args import validation_problems
+from trinity_core.registry.args import default_problems, validation_problems
 
 __all__ = ["BASE_DEFAULTS", "DEFAULT_REPEAT_TIMES", "resolve_config"]
 
@@ -169,6 +169,10 @@ class _Resolver:
             origin["loss_agg_mode"] = "algorithm.loss_agg_mode"
         merged.update(user_args)
         origin.update({arg: self.user_label(f"{path}.{arg}") for arg in user_args})
+        for sub, msg in default_problems(model):
+            if sub.split(".", 1)[0].split("[", 1)[0] not in merged:
+                hint = f"fix the plugin's Args default, or set {path}.{sub} explicitly"
+                self.problems.append(ConfigProblem(f"{path}.{sub}", msg, component, provider, hint))
         try:
             validated = model.model_validate(merged)
         except ValidationError as exc:
