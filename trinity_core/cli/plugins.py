@@ -207,6 +207,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
             record = registry.record(spec.kind, ns.name)
         except PluginError as exc:
             print(f"{spec.kind} {ns.name!r}: {exc}\n")
+            if getattr(ns, "global_debug", False) and getattr(exc, "traceback", ""):
+                print(f"the plugin's traceback:\n{exc.traceback}")  # type: ignore[attr-defined]
             continue
         print(f"{spec.kind} {record.name!r} from {record.entry_point.provider} ({record.value})")
         if record.summary:

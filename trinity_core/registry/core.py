@@ -24,6 +24,7 @@ from trinity_core.registry.errors import (
     PluginLoadError,
     UnknownComponentError,
 )
+from trinity_core.registry.hints import entry_point_hint
 from trinity_core.registry.kinds import KindSpec, get_kind, kind_bases, kinds
 from trinity_core.registry.loading import Loaded, load_all, load_one
 from trinity_core.registry.records import (
@@ -33,6 +34,7 @@ from trinity_core.registry.records import (
     PluginFailure,
     Registration,
 )
+from trinity_core.registry.shipped import install_hint
 
 __all__ = ["IN_PROCESS", "HookSource", "Registry"]
 
@@ -52,7 +54,7 @@ def _set_name(obj: Any, name: str) -> None:
 
 def _failure(kind: str, ep: EntryPointInfo, exc: BaseException) -> PluginFailure:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return PluginFailure(kind, ep, type(exc).__name__, str(exc), tb)
+    return PluginFailure(kind, ep, type(exc).__name__, str(exc), tb, entry_point_hint(ep.value, exc) or "")
 
 
 class Registry:
@@ -211,7 +213,7 @@ class Registry:
         found = providers[0]
         record = found if isinstance(found, ComponentRecord) else self._load(spec, found)
         if record.error is not None:
-            raise PluginLoadError(self._load_message(record.error))
+            raise PluginLoadError(self._load_message(record.error), record.error.traceback)
         return record
 
     def resolve(self, kind: str, name: str) -> Any:
@@ -223,12 +225,15 @@ class Registry:
         ep = failure.entry_point
         return (
             f"{failure.kind} plugin {failure.describe()}\n"
-            f"Fix or reinstall {ep.distribution}, or block it with {DISABLE_ENV}={ep.distribution}.\n"
-            f"{failure.traceback}"
+            f"Fix or reinstall {ep.distribution}, or block it with {DISABLE_ENV}={ep.distribution} "
+            "(--debug shows the plugin's traceback)."
         )
 
     def _unknown_message(self, spec: KindSpec, name: str) -> str:
-        installed = self.names(spec.kind)
+        # Diagnosing an unknown name is the one place where unrelated plugins of this kind get imported.
+        failed = self.failures(spec.kind)
+        broken = {f.entry_point.name for f in failed}
+        installed = [n for n in self.names(spec.kind) if n not in broken]
         lines = [
             f"unknown {spec.title} {name!r} (kind {spec.kind!r}, entry-point namespace {spec.namespace})."
         ]
@@ -236,11 +241,12 @@ class Registry:
         if close:
             lines.append("Did you mean " + " or ".join(repr(c) for c in close) + "?")
         lines.append(f"Installed {spec.title} names: {', '.join(installed) or '(none)'}.")
+        shipped = install_hint(spec.namespace, name)
+        if shipped and name not in self.names(spec.kind):
+            lines.append(shipped)
         elsewhere = [k.kind for k in kinds() if k.kind != spec.kind and name in self.names(k.kind)]
         if elsewhere:
             lines.append(f"{name!r} exists as kind {', '.join(elsewhere)}.")
-        # Diagnosing an unknown name is the one place where unrelated plugins of this kind get imported.
-        failed = self.failures(spec.kind)
         if failed:
             lines.append(f"{spec.title} plugins that failed to load:")
             lines.extend(f"  {f.describe()}" for f in failed)
