@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from trinity_core.cli.main import main
-from trinity_core.registry import PluginLoadError, Registry, UnknownComponentError, get_registry
+from trinity_core.registry import (
+    PLUGIN_API_VERSION,
+    PluginLoadError,
+    Registry,
+    UnknownComponentError,
+    get_registry,
+)
 from trinity_core.registry.shipped import SHIPPED, catalog
 
 if TYPE_CHECKING:
@@ -106,3 +112,14 @@ def test_an_unknown_name_says_which_shipped_distribution_provides_it() -> None:
 def test_the_shipped_catalog_matches_the_plugins_pyproject_files() -> None:
     expected = catalog(sorted((ROOT / "plugins").glob("*/pyproject.toml")))
     assert expected == SHIPPED, f"trinity_core/registry/shipped.py is stale; set SHIPPED = {expected!r}"
+
+
+def test_a_plugin_built_for_another_api_version_fails_naming_both(site: PluginSite) -> None:
+    pkg = _package(site)
+    (site.root / pkg / "__init__.py").write_text('TRINITY_API_VERSION = "2"\n')
+    _install(site, {"future": f"{pkg}.losses:SapoLoss"})
+    with pytest.raises(PluginLoadError) as info:
+        get_registry().record("policy_loss", "future")
+    message = str(info.value)
+    assert f"{pkg} was built for trinity-core plugin API 2" in message
+    assert f"this trinity-core provides API {PLUGIN_API_VERSION}" in message

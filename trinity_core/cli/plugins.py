@@ -51,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("--kind", choices=kind_names, help="only this kind")
     show.set_defaults(func=cmd_show)
 
+    from trinity_core.cli.scaffold import register_new
+
+    register_new(sub)
+
 
 def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trinity_core.registry.api import api_problem
 from trinity_core.registry.args import validation_problems
 from trinity_core.registry.discovery import DISABLE_ENV, scan_entry_points, strict_mode
 from trinity_core.registry.errors import (
@@ -180,10 +181,11 @@ class Registry:
         obj, error = loaded
         if error is None:
             problem = self._type_problem(spec, obj)
-            if problem is None:
+            mismatch = api_problem(obj) if problem is None else None
+            if problem is None and mismatch is None:
                 _set_name(obj, ep.name)
                 return ComponentRecord(spec.kind, ep.name, obj, ep)
-            error = TypeError(problem)
+            error = TypeError(problem) if problem else ImportError(mismatch)
         return ComponentRecord(spec.kind, ep.name, None, ep, _failure(spec.kind, ep, error))
 
     @staticmethod
