@@ -113,7 +113,7 @@ def test_sapo_installs_by_name_from_the_wheelhouse_and_trains(tmp_path: Path) ->
         [
             str(python),
             "-c",
-            "import trinity_plugin_sapo, trinity_core; print(trinity_plugin_sapo.__file__, trinity_core.__file__)",
+            "import trinity_plugin_sapo as p, trinity_core as c; print(p.__file__, c.__file__)",
         ],
         tmp_path,
         child,
