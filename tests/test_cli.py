@@ -92,8 +92,14 @@ def test_plugins_list_table_shows_components_and_failures(
     assert main(["plugins", "list"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "tt_loss" in line)
-    assert row.split()[:4] == ["policy_loss", "tt_loss", "tt-plugin", "0.3.1"]
+    assert row.split()[:3] == ["policy_loss", "tt_loss", "tt-plugin"]  # the version is in --wide
     assert "A clipped test loss." in row
+    table = out.split("\n\n", 1)[0].splitlines()
+    assert max(len(line) for line in table) <= 100
+    assert "tt_broken" not in "\n".join(table)  # failed: listed below, not as installed
+    assert main(["plugins", "list", "--wide"]) == 0
+    wide = next(line for line in capsys.readouterr().out.splitlines() if "tt_loss" in line)
+    assert wide.split()[:4] == ["policy_loss", "tt_loss", "tt-plugin", "0.3.1"]
     assert "failed to load:" in out
     assert "'tt_broken'" in out
     assert "tt-broken 9.9: ImportError: missing dependency foo" in out
@@ -191,7 +197,7 @@ def test_config_validate(installed: PluginSite, tmp_path: Path, capsys: pytest.C
         "clip_range": 0.2,
         "mode": "b",
     }
-    assert data["sources"]["algorithm.policy_loss_fn_args.mode"] == "user"
+    assert data["sources"]["algorithm.policy_loss_fn_args.mode"] == "config file"
     assert main(["config", "validate", str(good)]) == 0
     assert "policy_loss_fn: tt_loss" in capsys.readouterr().out
 

@@ -271,7 +271,7 @@ def test_component_problems_are_all_collected_with_component_and_plugin() -> Non
     assert "[policy loss 'ppo' from <in-process>]" in found["algorithm.policy_loss_fn_args.clip_range"]
     assert "did you mean 'clip_range'?" in found["algorithm.policy_loss_fn_args.clip_rnage"]
     assert "unknown KL function 'k3'" in found["algorithm.kl_loss_fn"]
-    assert "(name from user)" in found["algorithm.kl_loss_fn"]
+    assert "(name from config)" in found["algorithm.kl_loss_fn"]
     assert "set algorithm.add_strategy" in found["algorithm.add_strategy_args"]
 
 

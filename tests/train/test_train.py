@@ -190,11 +190,16 @@ def test_embedded_default_resolves_to_the_documented_run() -> None:
 
 
 def test_switching_the_preset_of_the_default_takes_the_new_presets_components() -> None:
-    cfg = resolve_config(apply_overrides(DEFAULT_CONFIG, ["algorithm.algorithm_type=dapo"]))
+    def switched(name: str) -> Any:
+        return resolve_config(None, overrides=[f"algorithm.algorithm_type={name}"], embedded=DEFAULT_CONFIG)
+
+    cfg = switched("dapo")
     assert (cfg.algorithm.policy_loss_fn, cfg.algorithm.advantage_fn) == ("ppo", "grpo")
-    cfg = resolve_config(apply_overrides(DEFAULT_CONFIG, ["algorithm.algorithm_type=ppo"]))
+    cfg = switched("ppo")
     assert cfg.algorithm.advantage_fn == "ppo"  # the ppo preset's GAE, not the default's grpo
-    assert (cfg.algorithm.repeat_times, cfg.algorithm.kl_loss_fn) == (16, "none")
+    # The preset's own repeat_times and k2 KL loss win over the embedded default's 16 and none.
+    assert (cfg.algorithm.repeat_times, cfg.algorithm.kl_loss_fn) == (1, "k2")
+    assert cfg.sources["algorithm.kl_loss_fn"] == "preset 'ppo'"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trinity", description="Reinforcement fine-tuning of language models."
     )
+    parser.add_argument(
+        "--debug",
+        dest="global_debug",
+        action="store_true",
+        help="show tracebacks (a failing plugin's own, and the CLI's) instead of one-line errors",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
@@ -56,7 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(namespace))
     except (PluginError, ConfigError, MissingExtraError) as exc:
-        if getattr(namespace, "debug", False):
+        if getattr(namespace, "debug", False) or namespace.global_debug:
+            plugin_tb = getattr(exc, "traceback", "")
+            if plugin_tb:
+                print(f"the plugin's traceback:\n{plugin_tb}", file=sys.stderr)
             raise
         print(f"trinity: error: {_one_line(exc)}", file=sys.stderr)
         return 1

@@ -25,7 +25,10 @@ from trinity_core.registry import (
     strict_mode,
 )
 
-__all__ = ["args_table", "register"]
+__all__ = ["WIDTH", "args_table", "register"]
+
+WIDTH = 100
+"""Columns the default ``plugins list`` table fits in (``--wide`` and ``--json`` give everything)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     listing = sub.add_parser("list", help="list components, failed plugins and conflicts")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument(
+        "--wide", action="store_true", help=f"full summaries and paper links (default: fit {WIDTH} columns)"
+    )
     listing.add_argument("--kind", choices=kind_names, help="only this kind")
     listing.add_argument("--strict", action="store_true", help="exit 1 on any load failure or conflict")
     listing.set_defaults(func=cmd_list)
@@ -44,6 +50,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("name", help="registered component name")
     show.add_argument("--kind", choices=kind_names, help="only this kind")
     show.set_defaults(func=cmd_show)
+
+    from trinity_core.cli.scaffold import register_new
+
+    register_new(sub)
 
 
 def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
@@ -90,14 +100,7 @@ def cmd_list(ns: argparse.Namespace) -> int:
         }
         print(json.dumps(payload, indent=2))
     else:
-        rows = [
-            (r.kind, r.name, r.entry_point.provider, _short(r.summary, 60), r.paper or "")
-            for r in records
-            if r.error is None
-        ]
-        rows += [("hooks", n, o.provider if o else "", o.value if o else "", "") for n, o in hooks]
-        header = ("KIND", "NAME", "DISTRIBUTION", "SUMMARY", "PAPER")
-        print(_table(rows, header) if rows else "no plugins installed")
+        print(_listing(records, hooks, ns.wide))
         if failures:
             print("\nfailed to load:")
             for f in failures:
@@ -118,6 +121,23 @@ def cmd_list(ns: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _listing(records: Sequence[ComponentRecord], hooks: Sequence[tuple[str, Any]], wide: bool) -> str:
+    """The table of loaded components and hook modules; without ``wide``, within :data:`WIDTH` columns."""
+    rows = [
+        [r.kind, r.name, r.entry_point.provider, r.summary, r.paper or ""] for r in records if r.error is None
+    ]
+    rows += [["hooks", n, o.provider if o else "", o.value if o else "", ""] for n, o in hooks]
+    if not rows:
+        return "no plugins installed"
+    header = ["KIND", "NAME", "DISTRIBUTION", "SUMMARY", "PAPER"]
+    if wide:
+        return _table(rows, header)
+    rows = [[row[0], row[1], row[2].split(" ")[0], row[3]] for row in rows]  # no version: it fits
+    used = sum(max(len(r[i]) for r in [header, *rows]) + 2 for i in range(3))
+    room = max(WIDTH - used, 12)
+    return _table([[*row[:3], _short(row[3], room)] for row in rows], header[:4])
 
 
 def _record_json(r: ComponentRecord) -> dict[str, Any]:
@@ -207,6 +227,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
             record = registry.record(spec.kind, ns.name)
         except PluginError as exc:
             print(f"{spec.kind} {ns.name!r}: {exc}\n")
+            if getattr(ns, "global_debug", False) and getattr(exc, "traceback", ""):
+                print(f"the plugin's traceback:\n{exc.traceback}")  # type: ignore[attr-defined]
             continue
         print(f"{spec.kind} {record.name!r} from {record.entry_point.provider} ({record.value})")
         if record.summary:

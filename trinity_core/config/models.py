@@ -374,9 +374,9 @@ class ResolvedAlgorithmConfig(Section):
 class ResolvedConfig(Section):
     """A run configuration ready for the trainer.
 
-    ``sources`` maps dotted paths of resolved algorithm values to where they came from (``"user"``,
-    ``"preset 'grpo'"``, ``"base default"``, ``"component default"``, ``"algorithm.loss_agg_mode"``);
-    it is excluded from dumps.
+    ``sources`` maps the dotted path of every resolved value to where it came from (``"--set"``,
+    ``"config file"``, ``"config"``, ``"embedded default"``, ``"preset 'grpo'"``, ``"base default"``,
+    ``"component default"``, ``"algorithm.loss_agg_mode"``, ``"default"``); it is excluded from dumps.
     """
 
     mode: RunMode = "both"

@@ -2,13 +2,16 @@
 
 Order (each later source wins, per key):
 
-1. base defaults (:data:`BASE_DEFAULTS`) for component names neither the user nor the preset set;
-2. the preset's ``default_config()`` for names, args and ``repeat_times`` the user left unset;
-3. the component's ``Args`` defaults, then the preset's args (only when the preset's component is the
-   one used), then ``algorithm.loss_agg_mode`` (only when the user set it, and only for components
-   with a ``loss_agg_mode`` argument the user did not set per component), then the user's args;
-4. each component's ``Args`` validates the merged args;
-5. the preset's ``check_config(config)`` (it may adjust the config) and every ``trinity_check_config``
+1. base defaults (:data:`BASE_DEFAULTS`) for component names nobody set;
+2. the embedded default's ``algorithm`` keys when the preset was switched away from its own
+   (:mod:`trinity_core.config.layers`);
+3. the preset's ``default_config()`` for names, args and ``repeat_times`` the user left unset;
+4. the component's ``Args`` defaults, then the embedded default's args (step 2), then the preset's args
+   (only when the preset's component is the one used), then ``algorithm.loss_agg_mode`` (only when the
+   user set it, and only for components with a ``loss_agg_mode`` argument the user did not set per
+   component), then the user's args (config file, then ``--set``);
+5. each component's ``Args`` validates the merged args;
+6. the preset's ``check_config(config)`` (it may adjust the config) and every ``trinity_check_config``
    hook, when the config is otherwise valid.
 
 Unlike trinity-rft 0.6.0, the preset's ``repeat_times`` applies unless the user set it, user args never
@@ -19,12 +22,13 @@ did not ask to change (docs/reference-differences.md, entries ``preset-defaults-
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from trinity_core.config.errors import ConfigError, ConfigProblem
+from trinity_core.config.layers import EMBEDDED, ConfigLayers, layer_config
 from trinity_core.config.loading import load_config
 from trinity_core.config.models import (
     COMPONENT_KEYS,
@@ -33,7 +37,7 @@ from trinity_core.config.models import (
     RunConfig,
 )
 from trinity_core.registry import ComponentRecord, PluginError, Registry, get_kind, get_registry
-from trinity_core.registry.args import validation_problems
+from trinity_core.registry.args import default_problems, validation_problems
 
 __all__ = ["BASE_DEFAULTS", "CRITIC_VALUE_LOSS", "DEFAULT_REPEAT_TIMES", "resolve_config"]
 
@@ -65,10 +69,12 @@ _PRESET_KEYS = {"repeat_times", "loss_agg_mode"} | set(COMPONENT_KEYS) | {f"{k}_
 
 
 class _Resolver:
-    def __init__(self, config: RunConfig, registry: Registry) -> None:
+    def __init__(self, config: RunConfig, registry: Registry, layers: ConfigLayers | None = None) -> None:
         self.config = config
         self.user = config.algorithm
         self.registry = registry
+        self.layers = layers or ConfigLayers(data={})
+        self.below = self.layers.below_preset
         self.problems: list[ConfigProblem] = []
         self.sources: dict[str, str] = {}
         self.preset: ComponentRecord | None = None
@@ -93,29 +99,38 @@ class _Resolver:
             self.problems.append(ConfigProblem("algorithm", msg, *where, hint="fix the algorithm plugin"))
         self.preset_defaults = {k: v for k, v in defaults.items() if k in _PRESET_KEYS}
 
+    def user_label(self, path: str) -> str:
+        """Origin of a value the user's layers set (config file, ``--set``, embedded default)."""
+        return self.layers.origin(path) or "config"
+
     @property
     def preset_label(self) -> str:
         return f"preset {self.user.algorithm_type!r}"
 
     def repeat_times(self) -> int:
+        path = "algorithm.repeat_times"
         if self.user.repeat_times is not None:
-            self.sources["algorithm.repeat_times"] = "user"
+            self.sources[path] = self.user_label(path)
             return self.user.repeat_times
         if self.preset_defaults.get("repeat_times") is not None:
-            self.sources["algorithm.repeat_times"] = self.preset_label
+            self.sources[path] = self.preset_label
             return int(self.preset_defaults["repeat_times"])
+        if self.below.get("repeat_times") is not None:
+            self.sources[path] = EMBEDDED
+            return int(self.below["repeat_times"])
         self.sources["algorithm.repeat_times"] = "base default"
         return DEFAULT_REPEAT_TIMES
 
     def component_name(self, key: str) -> str | None:
         user_name: str | None = getattr(self.user, key)
         if user_name is not None:
-            self.sources[f"algorithm.{key}"] = "user"
+            self.sources[f"algorithm.{key}"] = self.user_label(f"algorithm.{key}")
             return user_name
-        if key in self.preset_defaults:
-            self.sources[f"algorithm.{key}"] = self.preset_label
-            value = self.preset_defaults[key]
-            return None if value is None else str(value)
+        for label, layer in ((self.preset_label, self.preset_defaults), (EMBEDDED, self.below)):
+            if key in layer:
+                self.sources[f"algorithm.{key}"] = label
+                value = layer[key]
+                return None if value is None else str(value)
         self.sources[f"algorithm.{key}"] = "base default"
         if key == "value_loss_fn" and getattr(self.preset and self.preset.obj, "use_critic", False):
             return CRITIC_VALUE_LOSS
@@ -133,7 +148,7 @@ class _Resolver:
         try:
             record = self.registry.record(kind, name)
         except PluginError as exc:
-            source = self.sources.get(f"algorithm.{key}", "user")
+            source = self.sources.get(f"algorithm.{key}", "config")
             self.problems.append(ConfigProblem(f"algorithm.{key}", f"{exc!s} (name from {source})"))
             return user_args
         component = f"{get_kind(kind).title} {name!r}"
@@ -147,6 +162,10 @@ class _Resolver:
             return {}
         merged: dict[str, Any] = {}
         origin: dict[str, str] = {}
+        below_args = self.below.get(f"{key}_args")
+        if self.below.get(key) == name and isinstance(below_args, Mapping):
+            merged.update(below_args)
+            origin.update(dict.fromkeys(below_args, EMBEDDED))
         preset_name = self.preset_defaults.get(key, BASE_DEFAULTS[key])
         preset_args = self.preset_defaults.get(f"{key}_args")
         if preset_name == name and isinstance(preset_args, Mapping):
@@ -156,14 +175,19 @@ class _Resolver:
             merged["loss_agg_mode"] = self.user.loss_agg_mode
             origin["loss_agg_mode"] = "algorithm.loss_agg_mode"
         merged.update(user_args)
-        origin.update(dict.fromkeys(user_args, "user"))
+        origin.update({arg: self.user_label(f"{path}.{arg}") for arg in user_args})
+        for sub, msg in default_problems(model):
+            if sub.split(".", 1)[0].split("[", 1)[0] not in merged:
+                hint = f"fix the plugin's Args default, or set {path}.{sub} explicitly"
+                self.problems.append(ConfigProblem(f"{path}.{sub}", msg, component, provider, hint))
         try:
             validated = model.model_validate(merged)
         except ValidationError as exc:
             for sub, msg in validation_problems(exc, model=model):
                 top = sub.split(".", 1)[0].split("[", 1)[0]
                 src = origin.get(top)
-                detail = f"{msg} (value from {src})" if src and src != "user" else msg
+                mine = src == self.user_label(f"{path}.{top}")
+                detail = f"{msg} (value from {src})" if src and not mine else msg
                 self.problems.append(ConfigProblem(f"{path}.{sub}", detail, component, provider))
             return merged
         result: dict[str, Any] = validated.model_dump()
@@ -173,6 +197,7 @@ class _Resolver:
 
     def resolve(self) -> ResolvedConfig | None:
         self.load_preset()
+        self.sources["algorithm.algorithm_type"] = self.layers.origin("algorithm.algorithm_type") or "default"
         values: dict[str, Any] = {
             "algorithm_type": self.user.algorithm_type,
             "repeat_times": self.repeat_times(),
@@ -185,9 +210,20 @@ class _Resolver:
         if self.problems:
             return None
         sections = {k: getattr(self.config, k) for k in RunConfig.model_fields if k != "algorithm"}
+        for name, section in sections.items():
+            dumped = section.model_dump(mode="json") if isinstance(section, BaseModel) else section
+            self.section_sources(name, dumped)
         return ResolvedConfig(
             algorithm=ResolvedAlgorithmConfig(**values), sources=dict(self.sources), **sections
         )
+
+    def section_sources(self, path: str, value: Any) -> None:
+        """Record the origin of every leaf under ``path`` (``"default"``: the field's own default)."""
+        if isinstance(value, Mapping) and value:
+            for key, sub in value.items():
+                self.section_sources(f"{path}.{key}", sub)
+            return
+        self.sources[path] = self.layers.origin(path) or "default"
 
     def check(self, resolved: ResolvedConfig) -> None:
         if self.preset is not None:
@@ -245,23 +281,40 @@ class _Resolver:
 
 
 def resolve_config(
-    config: RunConfig | Mapping[str, Any] | str,
+    config: RunConfig | Mapping[str, Any] | str | None,
     *,
     registry: Registry | None = None,
     plugin_manager: Any = None,
+    overrides: Sequence[str] = (),
+    embedded: Mapping[str, Any] | None = None,
 ) -> ResolvedConfig:
     """Resolve ``config`` (a :class:`RunConfig`, mapping or YAML path) into a :class:`ResolvedConfig`.
 
     Args:
-        config: the run configuration.
+        config: the run configuration; ``None``: ``embedded`` alone.
         registry: where components come from (default: the process-wide registry).
         plugin_manager: whose ``trinity_check_config`` hooks run (default: the process-wide one).
+        overrides: ``key.path=value`` strings (``--set``) applied over ``config``.
+        embedded: the embedded default run, used only when ``config`` is ``None``; its algorithm keys
+            rank below a preset the user switched to (:mod:`trinity_core.config.layers`).
+
+    ``resolved.sources`` names the origin of every resolved value: ``--set``, ``config file``,
+    ``embedded default``, ``preset 'NAME'``, ``base default``, ``component default`` or ``default``.
 
     Raises:
         ConfigError: with every problem found: dotted path, component, plugin distribution, fix.
     """
-    run = load_config(config)
-    resolver = _Resolver(run, registry or get_registry())
+    layers = None
+    if not isinstance(config, RunConfig):
+        layers = layer_config(config, overrides, embedded)
+        label = config if isinstance(config, str) else None
+        try:
+            run = load_config(layers.data)
+        except ConfigError as exc:
+            raise ConfigError(exc.problems, label) from None
+    else:
+        run = load_config(config)
+    resolver = _Resolver(run, registry or get_registry(), layers)
     resolved = resolver.resolve()
     if resolved is None:
         raise ConfigError(resolver.problems, config if isinstance(config, str) else None)

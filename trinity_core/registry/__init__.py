@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 import trinity_core.registry.errors as errors
 import trinity_core.registry.records as records
+from trinity_core.registry.api import PLUGIN_API_VERSION
 from trinity_core.registry.core import IN_PROCESS, HookSource, Registry, validate_component_args
 from trinity_core.registry.discovery import (
     DISABLE_ENV,
@@ -43,6 +44,7 @@ __all__ = [
     "DISABLE_ENV",
     "HOOKS_NAMESPACE",
     "IN_PROCESS",
+    "PLUGIN_API_VERSION",
     "STRICT_ENV",
     "HookSource",
     "KindSpec",

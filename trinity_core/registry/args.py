@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import PydanticUndefined
 
-__all__ = ["dotted", "validation_problems"]
+__all__ = ["default_problems", "dotted", "validation_problems"]
 
 
 def dotted(loc: Sequence[int | str], prefix: str = "") -> str:
@@ -53,3 +55,29 @@ def validation_problems(
 ) -> list[tuple[str, str]]:
     """One ``(dotted path, message)`` per error of ``exc``; ``model`` enables "did you mean" hints."""
     return [(dotted(tuple(e["loc"]), prefix), _describe(e, model)) for e in exc.errors()]
+
+
+@functools.cache
+def default_problems(model: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """``(field, message)`` for every default of ``model`` that breaks the field's own constraints.
+
+    Pydantic does not validate defaults (``Field(-1.0, gt=0)`` builds), so a broken default would
+    surface only when the component runs. Each default is validated alone against its field's type and
+    constraints; model validators do not run (they may depend on which keys were given).
+    """
+    out: list[tuple[str, str]] = []
+    for name, info in model.model_fields.items():
+        if info.default is PydanticUndefined and info.default_factory is None:
+            continue
+        try:
+            value = info.get_default(call_default_factory=True, validated_data={})
+            kind: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+            adapter: TypeAdapter[Any] = TypeAdapter(kind)
+        except Exception:  # an annotation pydantic cannot adapt alone: nothing to check
+            continue
+        try:
+            adapter.validate_python(value)
+        except ValidationError as exc:
+            for sub, msg in validation_problems(exc, prefix=name):
+                out.append((sub, f"the default {value!r} breaks its own constraint: {msg}"))
+    return tuple(out)

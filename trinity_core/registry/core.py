@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trinity_core.registry.api import api_problem
 from trinity_core.registry.args import validation_problems
 from trinity_core.registry.discovery import DISABLE_ENV, scan_entry_points, strict_mode
 from trinity_core.registry.errors import (
@@ -24,6 +25,7 @@ from trinity_core.registry.errors import (
     PluginLoadError,
     UnknownComponentError,
 )
+from trinity_core.registry.hints import entry_point_hint
 from trinity_core.registry.kinds import KindSpec, get_kind, kind_bases, kinds
 from trinity_core.registry.loading import Loaded, load_all, load_one
 from trinity_core.registry.records import (
@@ -33,6 +35,7 @@ from trinity_core.registry.records import (
     PluginFailure,
     Registration,
 )
+from trinity_core.registry.shipped import install_hint
 
 __all__ = ["IN_PROCESS", "HookSource", "Registry"]
 
@@ -52,7 +55,7 @@ def _set_name(obj: Any, name: str) -> None:
 
 def _failure(kind: str, ep: EntryPointInfo, exc: BaseException) -> PluginFailure:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return PluginFailure(kind, ep, type(exc).__name__, str(exc), tb)
+    return PluginFailure(kind, ep, type(exc).__name__, str(exc), tb, entry_point_hint(ep.value, exc) or "")
 
 
 class Registry:
@@ -178,10 +181,11 @@ class Registry:
         obj, error = loaded
         if error is None:
             problem = self._type_problem(spec, obj)
-            if problem is None:
+            mismatch = api_problem(obj) if problem is None else None
+            if problem is None and mismatch is None:
                 _set_name(obj, ep.name)
                 return ComponentRecord(spec.kind, ep.name, obj, ep)
-            error = TypeError(problem)
+            error = TypeError(problem) if problem else ImportError(mismatch)
         return ComponentRecord(spec.kind, ep.name, None, ep, _failure(spec.kind, ep, error))
 
     @staticmethod
@@ -211,7 +215,7 @@ class Registry:
         found = providers[0]
         record = found if isinstance(found, ComponentRecord) else self._load(spec, found)
         if record.error is not None:
-            raise PluginLoadError(self._load_message(record.error))
+            raise PluginLoadError(self._load_message(record.error), record.error.traceback)
         return record
 
     def resolve(self, kind: str, name: str) -> Any:
@@ -223,12 +227,15 @@ class Registry:
         ep = failure.entry_point
         return (
             f"{failure.kind} plugin {failure.describe()}\n"
-            f"Fix or reinstall {ep.distribution}, or block it with {DISABLE_ENV}={ep.distribution}.\n"
-            f"{failure.traceback}"
+            f"Fix or reinstall {ep.distribution}, or block it with {DISABLE_ENV}={ep.distribution} "
+            "(--debug shows the plugin's traceback)."
         )
 
     def _unknown_message(self, spec: KindSpec, name: str) -> str:
-        installed = self.names(spec.kind)
+        # Diagnosing an unknown name is the one place where unrelated plugins of this kind get imported.
+        failed = self.failures(spec.kind)
+        broken = {f.entry_point.name for f in failed}
+        installed = [n for n in self.names(spec.kind) if n not in broken]
         lines = [
             f"unknown {spec.title} {name!r} (kind {spec.kind!r}, entry-point namespace {spec.namespace})."
         ]
@@ -236,11 +243,12 @@ class Registry:
         if close:
             lines.append("Did you mean " + " or ".join(repr(c) for c in close) + "?")
         lines.append(f"Installed {spec.title} names: {', '.join(installed) or '(none)'}.")
+        shipped = install_hint(spec.namespace, name)
+        if shipped and name not in self.names(spec.kind):
+            lines.append(shipped)
         elsewhere = [k.kind for k in kinds() if k.kind != spec.kind and name in self.names(k.kind)]
         if elsewhere:
             lines.append(f"{name!r} exists as kind {', '.join(elsewhere)}.")
-        # Diagnosing an unknown name is the one place where unrelated plugins of this kind get imported.
-        failed = self.failures(spec.kind)
         if failed:
             lines.append(f"{spec.title} plugins that failed to load:")
             lines.extend(f"  {f.describe()}" for f in failed)

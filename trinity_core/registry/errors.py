@@ -16,7 +16,15 @@ class PluginError(Exception):
 
 
 class PluginLoadError(PluginError, ImportError):
-    """A plugin failed to import, or loaded an object of the wrong type."""
+    """A plugin failed to import, or loaded an object of the wrong type.
+
+    Attributes:
+        traceback: the plugin's formatted traceback (kept out of the message; ``--debug`` prints it).
+    """
+
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 class PluginConflictError(PluginError):

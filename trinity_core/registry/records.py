@@ -48,6 +48,7 @@ class PluginFailure:
         error_type: the exception class name (``"ModuleNotFoundError"``).
         message: the exception message.
         traceback: the formatted traceback.
+        hint: a "did you mean" for a misspelt module or class in the entry point ("" when none).
     """
 
     kind: str
@@ -55,11 +56,13 @@ class PluginFailure:
     error_type: str
     message: str
     traceback: str
+    hint: str = ""
 
     def describe(self) -> str:
-        """One line: ``'name' (module:attr) from dist 1.0: ErrorType: message``."""
+        """One line: ``'name' (module:attr) from dist 1.0: ErrorType: message[; did you mean ...?]``."""
         ep = self.entry_point
-        return f"{ep.name!r} ({ep.value}) from {ep.provider}: {self.error_type}: {self.message}"
+        hint = f"; {self.hint}" if self.hint else ""
+        return f"{ep.name!r} ({ep.value}) from {ep.provider}: {self.error_type}: {self.message}{hint}"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from unittest import mock
 import pydantic
 import torch
 
+from trinity_core.registry.args import default_problems
 from trinity_core.testing._core import OPT_OUT_ATTRIBUTE, ConformanceError, Subject, check, check_names
 
 __all__ = [
@@ -89,7 +90,8 @@ def check_args_model_forbids_unknown_keys(subject: Subject) -> None:
 
 @check(*COMPONENT_KINDS)
 def check_args_validate_with_defaults(subject: Subject) -> None:
-    """Args() validates with every field defaulted, and with the test's overrides"""
+    """Args() validates with every field defaulted, each default meets its own constraints, and the
+    test's overrides validate"""
     model = subject.obj.Args
     try:
         model()
@@ -97,6 +99,15 @@ def check_args_validate_with_defaults(subject: Subject) -> None:
         raise ConformanceError(
             f"{model.__qualname__}() fails without arguments: {exc}", "give every field a default"
         ) from None
+    broken = default_problems(model)
+    if broken:
+        raise ConformanceError(
+            f"{model.__qualname__} defaults break their own constraints: "
+            + "; ".join(f"{field}: {msg}" for field, msg in broken),
+            "make each default satisfy its Field constraints (gt/ge/le/Literal...), or change the "
+            "constraint; pydantic does not validate defaults, so `trinity train` would fail only when "
+            "the component is built",
+        )
     for args in ({}, dict(subject.args)):
         try:
             subject.obj.validate_args(args)

@@ -255,7 +255,7 @@ def distribution_cases(distribution: str, args: Mapping[str, Mapping[str, Any]] 
                 f"the entry points are recorded",
             )
         ]
-    cases: list[Case] = []
+    cases = clash_cases(distribution)
     for rec in records:
         if rec.error is not None:
             cases.append(
@@ -273,6 +273,27 @@ def distribution_cases(distribution: str, args: Mapping[str, Mapping[str, Any]] 
     for ep in hooks:
         cases.append(Case(f"hooks:{ep.name}:loads", runner=_hook_runner(distribution, ep)))
     return cases
+
+
+def clash_cases(distribution: str) -> list[Case]:
+    """A failing case per name ``distribution`` shares with another installed provider (any kind).
+
+    A shared name passes its own author's tests but breaks every user's run that resolves it (the
+    registry refuses to pick one), so the kit fails it here, naming both distributions.
+    """
+    from trinity_core import registry
+
+    wanted = registry.normalize_distribution(distribution)
+    return [
+        Case(
+            f"{c.kind}:{c.name}:name_is_unique",
+            problem=f"{c.describe()}\nHow to fix: rename the entry point in {distribution}'s pyproject.toml "
+            f"(e.g. prefix it with the distribution's name); a shared name makes every `trinity train` "
+            f"that uses {c.name!r} fail for users who have both installed",
+        )
+        for c in registry.conflicts()
+        if any(registry.normalize_distribution(p.distribution) == wanted for p in c.providers)
+    ]
 
 
 def _hook_runner(distribution: str, ep: md.EntryPoint) -> Callable[[], None]:

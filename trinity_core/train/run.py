@@ -10,7 +10,6 @@ Python API::
 from __future__ import annotations
 
 import contextlib
-import copy
 import errno
 import importlib
 import os
@@ -23,6 +22,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, resolve_config
+from trinity_core.config.layers import apply_overrides
 from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
 from trinity_core.train.checkpoint import CONFIG_FILE
@@ -41,8 +41,8 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG: dict[str, Any] = {
-    # Only what differs from the grpo preset (which brings the ppo loss, clip 0.2 and token-mean), so
-    # `--set algorithm.algorithm_type=sapo` gets sapo's own components rather than grpo's leftovers.
+    # Only what differs from the grpo preset (which brings the ppo loss, clip 0.2 and token-mean); with
+    # `--set algorithm.algorithm_type=sapo` these rank below sapo's own defaults (config/layers.py).
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 16, "kl_loss_fn": "none"},
     "model": {"model_path": None},
     "tasks": {"name": "last_digit", "reward_fns": ["exact_match"], "eval_size": 100},
@@ -81,41 +81,6 @@ class RunDirError(ValueError):
 
 class RunFinished(RunDirError):
     """``--resume`` of a run that already reached ``trainer.total_steps``: there is nothing to do."""
-
-
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides (values parsed as YAML) to a copy of ``data``."""
-    yaml: Any = importlib.import_module("yaml")
-    out = copy.deepcopy(data)
-    problems = []
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            problems.append(ConfigProblem("--set", f"{item!r} is not key.path=value (e.g. trainer.lr=1e-4)"))
-            continue
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-            if isinstance(value, str):  # YAML 1.1 reads 1e-4 as a string
-                with contextlib.suppress(ValueError):
-                    value = float(value)
-        except yaml.YAMLError as exc:
-            problems.append(ConfigProblem(key, f"--set value {raw!r} is not valid YAML: {exc}"))
-            continue
-        node = out
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                problems.append(ConfigProblem(key, f"--set: {part!r} is a value, not a section"))
-                break
-            node = child
-        else:
-            node[parts[-1]] = value
-    if problems:
-        raise ConfigError(problems)
-    return out
 
 
 def _dump_yaml(path: Path, data: Any) -> None:
@@ -372,11 +337,14 @@ def train(
         data = apply_overrides(read_yaml_mapping(path / CONFIG_FILE), overrides)
         run_path = path
     else:
-        source = DEFAULT_CONFIG if config is None else config
-        base = dict(source) if isinstance(source, Mapping) else read_yaml_mapping(source)
-        data = apply_overrides(base, overrides)
+        data = {}  # only a resumed run writes its data back
         run_path = Path(run_dir) if run_dir is not None else None  # type: ignore[assignment]
-    resolved = resolve_config(data)
+    if resume is None:
+        # The embedded default's algorithm keys rank below a preset the user switches to (layers.py).
+        source = str(config) if isinstance(config, os.PathLike) else config
+        resolved = resolve_config(source, overrides=overrides, embedded=DEFAULT_CONFIG)
+    else:
+        resolved = resolve_config(data)
     if run_path is None:
         run_path = Path(resolved.trainer.run_dir) if resolved.trainer.run_dir else default_run_dir(resolved)
     acc = make_accelerator(resolved, run_path)

@@ -1,0 +1,121 @@
+"""Install by name: scripts/build_wheels.sh builds a wheelhouse, and ``pip install --find-links dist
+trinity-plugin-sapo`` into a fresh environment that has only the core (from the wheelhouse) pulls sapo and
+the plugins it declares, by name, and ``trinity train`` runs the sapo preset there.
+
+Third-party packages (torch, transformers, ...) come from this environment through a filtered view of
+its site-packages (every trinity distribution left out), so nothing is downloaded and the fresh
+environment cannot see this checkout's editable installs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAPO_CLOSURE = (
+    "trinity-plugin-sapo",
+    "trinity-plugin-grpo",
+    "trinity-plugin-ppo",
+    "trinity-plugin-kl",
+    "trinity-plugin-entropy",
+)
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 600) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def _filtered_site(dest: Path) -> Path:
+    """Symlinks to this environment's site-packages entries, without anything of trinity."""
+    dest.mkdir()
+    for site_dir in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")):
+        for entry in Path(site_dir).iterdir():
+            lowered = entry.name.lower()
+            if "trinity" in lowered or lowered.startswith("__editable__") or (dest / entry.name).exists():
+                continue
+            (dest / entry.name).symlink_to(entry)
+    return dest
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinked site view")
+def test_sapo_installs_by_name_from_the_wheelhouse_and_trains(tmp_path: Path) -> None:
+    wheels = tmp_path / "dist"
+    projects = [str(ROOT), *(str(ROOT / "plugins" / d) for d in SAPO_CLOSURE)]
+    env = {**os.environ, "WHEELHOUSE": str(wheels), "PYTHON": sys.executable}
+    _run(["bash", str(ROOT / "scripts" / "build_wheels.sh"), *projects], ROOT, env)
+    _run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], tmp_path)
+    python = tmp_path / "venv" / "bin" / "python"
+    purelib = _run(
+        [str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path
+    )
+    view = _filtered_site(tmp_path / "view")
+    (Path(purelib.strip()) / "zz_view.pth").write_text(f"import site; site.addsitedir({str(view)!r})\n")
+    child = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"PYTHONPATH", "VIRTUAL_ENV", "TRINITY_DISABLE_PLUGINS"}
+    }
+    child.update(PYTHONNOUSERSITE="1", TRINITY_STRICT_PLUGINS="1")
+    probe = "import importlib.util as u; print(u.find_spec('trinity_core') is None)"
+    assert _run([str(python), "-c", probe], tmp_path, child).strip() == "True"  # only what we install
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(python),
+        "install",
+        "-q",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+    ]
+    _run([*pip, "trinity-core"], tmp_path, child)
+    _run([*pip, "trinity-plugin-sapo"], tmp_path, child)  # by name: sapo and the plugins it declares
+    names = "import importlib.metadata as m; print(sorted(d.metadata['Name'] for d in m.distributions()))"
+    listing = _run([str(python), "-c", names], tmp_path, child)
+    for dist in ("trinity-core", *SAPO_CLOSURE):
+        assert dist in listing
+    trinity = [str(python), "-m", "trinity_core.cli.main"]
+    out = _run(
+        [
+            *trinity,
+            "train",
+            "--set",
+            "algorithm.algorithm_type=sapo",
+            "--set",
+            "trainer.total_steps=2",
+            "--set",
+            "rollout.prompts_per_step=2",
+            "--set",
+            "algorithm.repeat_times=2",
+            "--set",
+            "tasks.eval_size=2",
+            "--set",
+            "trainer.threads=1",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        tmp_path,
+        child,
+    )
+    assert "trained 2 steps" in out
+    where = _run(
+        [
+            str(python),
+            "-c",
+            "import trinity_plugin_sapo as p, trinity_core as c; print(p.__file__, c.__file__)",
+        ],
+        tmp_path,
+        child,
+    )
+    assert str(ROOT) not in where  # the installed wheels, not this checkout
