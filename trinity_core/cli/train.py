@@ -48,6 +48,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from trinity_core.train.profile import format_profile
     from trinity_core.train.rewards import RewardError
     from trinity_core.train.run import RunDirError, RunFinished, train
+    from trinity_core.workflows.errors import WorkflowError
 
     overrides = list(ns.overrides)
     if ns.no_progress:
@@ -64,7 +65,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     except RunFinished as exc:
         print(f"trinity train: {exc}", file=sys.stderr)
         return 0
-    except (RunDirError, ModelLoadError, LaunchError, CheckpointError, RewardError) as exc:
+    except (RunDirError, ModelLoadError, LaunchError, CheckpointError, RewardError, WorkflowError) as exc:
         if ns.debug:
             raise
         print(f"trinity train: error: {exc}", file=sys.stderr)

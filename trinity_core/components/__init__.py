@@ -12,6 +12,7 @@ policy_loss    ``trinity_core.policy_losses``    :class:`PolicyLossFn` (standard
                                                  :class:`StandardPolicyLossFn`)
 kl_fn          ``trinity_core.kl_fns``           :class:`KLFn`
 entropy_loss   ``trinity_core.entropy_losses``   :class:`EntropyLossFn`
+workflow       ``trinity_core.workflows``        :class:`Workflow` (tasks in :class:`WorkflowTask`)
 =============  ================================  ==========================================
 """
 
@@ -52,6 +53,7 @@ from trinity_core.components.policy_loss import (
     PolicyLossFn,
     StandardPolicyLossFn,
 )
+from trinity_core.components.workflow import ChatModel, Workflow, WorkflowTask
 
 KIND_BASES: dict[str, tuple[type, ...]] = {
     "algorithm": (AlgorithmType,),
@@ -60,10 +62,14 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
     "policy_loss": (PolicyLossFn,),
     "kl_fn": (KLFn,),
     "entropy_loss": (EntropyLossFn,),
+    "workflow": (Workflow,),
 }
 """Kind name to its base classes (a component of a kind subclasses the first of them)."""
 
 __all__ = [
+    "ChatModel",
+    "Workflow",
+    "WorkflowTask",
     "ALGORITHM_CONFIG_KEYS",
     "BACKEND_KEY_MAPPERS",
     "KIND_BASES",

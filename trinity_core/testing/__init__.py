@@ -35,6 +35,7 @@ from trinity_core.testing.suites import (
     KLFnConformance,
     PluginConformance,
     PolicyLossConformance,
+    WorkflowConformance,
     distribution_cases,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "WorkflowConformance",
     "Subject",
     "all_checks",
     "check_names",

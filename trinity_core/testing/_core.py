@@ -179,6 +179,7 @@ _CHECK_MODULES = (
     "trainer_advantage",
     "add_strategy",
     "algorithm",
+    "workflow",
 )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "WorkflowConformance",
 ]
 
 OPTION_DEST = "trinity_plugin"
@@ -170,6 +171,12 @@ class EntropyLossConformance(ComponentConformance):
     """Conformance of one entropy loss: ``component = "<name>"``."""
 
     kind = "entropy_loss"
+
+
+class WorkflowConformance(ComponentConformance):
+    """Every check for one workflow."""
+
+    kind = "workflow"
 
 
 class AlgorithmConformance(ComponentConformance):

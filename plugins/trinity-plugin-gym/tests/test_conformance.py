@@ -1,0 +1,5 @@
+from trinity_core.testing import WorkflowConformance
+
+
+class TestGymWorkflow(WorkflowConformance):
+    component = "gym"
