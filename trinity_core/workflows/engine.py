@@ -46,6 +46,7 @@ class GenerationEngine:
     tokenizer: Any
     defaults: dict[str, Any]
     calls: int = field(default=0)
+    _text_ids: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def sampling(self, overrides: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
         """The settings of a call: ``overrides`` over :attr:`defaults` (unknown keys are an error)."""
@@ -57,6 +58,15 @@ class GenerationEngine:
             raise TypeError(f"unknown sampling argument(s) {unknown}; known: {list(SAMPLING_KEYS)}")
         merged = {**self.defaults, **given}
         return tuple(sorted(merged.items()))
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens (memoized: environments repeat their texts)."""
+        cache = self._text_ids
+        if text not in cache:
+            if len(cache) >= 65536:
+                cache.clear()
+            cache[text] = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return list(cache[text])
 
     def encode(self, prompts: Sequence[str]) -> list[list[int]]:
         """Token ids of text prompts, encoded as the explorer encodes them (``<bos>`` first)."""

@@ -84,6 +84,8 @@ class WorkflowRunner:
     ) -> None:
         """Validate ``args`` against the workflow's ``Args`` now, before any episode runs."""
         self.name, self.cls, self.engine, self.max_calls = name, cls, engine, max_calls
+        self._pool: ThreadPoolExecutor | None = None
+        self._workers = 0
         try:
             self.args = cls.validate_args(args).model_dump()
         except Exception as exc:
@@ -97,7 +99,13 @@ class WorkflowRunner:
         ]
         calls_before = self.engine.calls
         loop = asyncio.new_event_loop()
-        pool = ThreadPoolExecutor(max(1, len(tasks)), thread_name_prefix="episode")
+        if self._pool is None or self._workers < len(tasks):
+            # Kept between steps, so that what a workflow caches per thread (an environment) lives on.
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._workers = max(1, len(tasks))
+            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="episode")
+        pool = self._pool
 
         async def episodes() -> list[list[Experience] | tuple[str, BaseException]]:
             pairs = zip(tasks, wrappers, strict=True)
@@ -106,7 +114,6 @@ class WorkflowRunner:
         try:
             results = loop.run_until_complete(episodes())
         finally:
-            pool.shutdown(wait=True)
             loop.close()
         outcome = EpisodeOutcome([], len(tasks), generate_calls=self.engine.calls - calls_before)
         outcome.turns = [w.turns for w in wrappers]

@@ -62,9 +62,12 @@ class ModelWrapper:
 
     def encode(self, text: str, *, bos: bool = False) -> list[int]:
         """Token ids of ``text`` (``bos``: with ``<bos>`` in front, as prompts are encoded)."""
-        if bos:
-            return self.engine.encode([text])[0]
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = self.engine.encode_text(text)
+        bos_id = self.tokenizer.bos_token_id
+        # As encode_prompts puts it: an id in front, unless the text already starts with it.
+        if bos and bos_id is not None and (not ids or ids[0] != bos_id):
+            return [bos_id, *ids]
+        return ids
 
     # ------------------------------------------------------------------ sync
 

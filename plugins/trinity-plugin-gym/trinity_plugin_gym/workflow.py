@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -12,6 +14,8 @@ from trinity_core.workflows import Conversation
 from trinity_plugin_gym.adapters import load_adapter
 
 __all__ = ["GymWorkflow", "GymWorkflowArgs"]
+
+_ENVS = threading.local()
 
 
 class GymWorkflowArgs(ComponentArgs):
@@ -58,11 +62,14 @@ class GymWorkflow(Workflow):
         import gymnasium as gym
 
         adapter = load_adapter(self.adapter)
-        env = gym.make(self.env_id or adapter.env_id, **(self.env_kwargs or adapter.env_kwargs))
-        try:
-            return self._play(env, adapter)
-        finally:
-            env.close()
+        env_id, kwargs = self.env_id or adapter.env_id, self.env_kwargs or adapter.env_kwargs
+        # Environments are reused by the thread that made them (reset(seed=...) starts each episode
+        # afresh): making one costs more than a turn of a tiny model.
+        cache: dict[str, Any] = _ENVS.__dict__.setdefault("envs", {})
+        key = json.dumps([env_id, kwargs], sort_keys=True, default=str)
+        if key not in cache:
+            cache[key] = gym.make(env_id, **kwargs)
+        return self._play(cache[key], adapter)
 
     def _play(self, env: Any, adapter: Any) -> list[Experience]:
         observation, _ = env.reset(seed=int(self.task.raw_task.get("seed", 0)))
