@@ -20,13 +20,18 @@ import time
 from typing import Any
 
 import torch
+from trinity_plugin_gym import FrozenLakeTask, GymWorkflow
 
 from trinity_core.train.model import build_char_tokenizer, tiny_model
 from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
-from trinity_plugin_gym import FrozenLakeTask, GymWorkflow
 
-TINY = {"hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2,
-        "num_hidden_layers": 1}
+TINY = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 1,
+}
 ARGS = {"max_turns": 8, "experience": "step", "history": False, "invalid_action_penalty": -1.0}
 
 
@@ -34,10 +39,8 @@ def _round(runner: WorkflowRunner, tasks: list[Any], batched: bool) -> tuple[flo
     """Seconds, generate calls and the longest episode's turns of one step."""
     before = runner.engine.calls
     start = time.perf_counter()
-    if batched:
-        turns = runner.run(tasks).turns
-    else:
-        turns = [t for task in tasks for t in runner.run([task]).turns]
+    one_by_one = (t for task in tasks for t in runner.run([task]).turns)
+    turns = runner.run(tasks).turns if batched else list(one_by_one)
     return time.perf_counter() - start, runner.engine.calls - before, max(turns)
 
 
@@ -65,7 +68,10 @@ def main() -> int:
         _round(runner, tasks, mode == "batched")  # warm-up
         results[mode] = [_round(runner, tasks, mode == "batched") for _ in range(ns.repeats)]
     n = len(tasks)
-    print(f"FrozenLake 4x4, {ns.tasks} tasks x {ns.episodes} episodes = {n} episodes per step, torch threads {ns.threads}")
+    print(
+        f"FrozenLake 4x4, {ns.tasks} tasks x {ns.episodes} episodes = {n} episodes per step, "
+        f"torch threads {ns.threads}"
+    )
     print(f"| {'mode':<13} | generate calls / step | longest episode (turns) | episodes / s |")
     print(f"|{'-' * 15}|{'-' * 23}|{'-' * 25}|{'-' * 14}|")
     rate: dict[str, float] = {}

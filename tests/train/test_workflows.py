@@ -4,6 +4,7 @@ failures reported and counted."""
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import string
 from collections.abc import Iterator
@@ -195,16 +196,20 @@ def test_one_experience_per_episode_masks_the_environment(engine: GenerationEngi
     second = conversation.respond()
     exp = conversation.to_experience(0.5)
     assert exp.experience_type == "multi_turn"
-    assert first.tokens is not None and second.tokens is not None and exp.tokens is not None
+    assert first.tokens is not None
+    assert second.tokens is not None
+    assert exp.tokens is not None
     r1 = first.tokens[first.prompt_length :]
     r2 = second.tokens[second.prompt_length :]
     env = torch.tensor(model.encode("xy"), dtype=torch.int32)
     assert torch.equal(exp.tokens, torch.cat([first.tokens, env, r2]))
     assert exp.prompt_length == first.prompt_length == len(model.encode("1+2=", bos=True))
     assert torch.equal(second.tokens[: second.prompt_length], torch.cat([first.tokens, env]))
-    assert exp.action_mask is not None and exp.logprobs is not None
+    assert exp.action_mask is not None
+    assert exp.logprobs is not None
     assert exp.action_mask.tolist() == [True] * len(r1) + [False] * 2 + [True] * len(r2)
-    assert first.logprobs is not None and second.logprobs is not None
+    assert first.logprobs is not None
+    assert second.logprobs is not None
     assert torch.equal(exp.logprobs, torch.cat([first.logprobs, torch.zeros(2), second.logprobs]))
     assert bool((exp.logprobs[exp.action_mask] < 0).all())
 
@@ -222,7 +227,8 @@ def test_one_experience_per_turn_numbers_the_steps(engine: GenerationEngine) -> 
     assert [e.reward for e in steps] == [1.0] * 3
     assert [e.info["env_state_hash"] for e in steps] == ["0", "1", "2"]
     assert [e.experience_type for e in steps] == ["single_turn"] * 3
-    assert all(len(a.tokens) + 1 < len(b.tokens) for a, b in zip(steps, steps[1:]))  # type: ignore[arg-type]
+    lengths = [len(e.tokens) for e in steps if e.tokens is not None]
+    assert all(a + 1 < b for a, b in itertools.pairwise(lengths))
 
 
 def test_a_failing_episode_is_reported_counted_and_dropped(
@@ -235,7 +241,8 @@ def test_a_failing_episode_is_reported_counted_and_dropped(
     assert outcome.metrics()["workflow/failed_episodes"] == 2.0
     assert [e.eid.task for e in outcome.experiences] == [0, 2]
     assert (
-        "workflow 'flaky' failed on task 1 run 0 at turn 2: RuntimeError: the environment broke" in caplog.text
+        "workflow 'flaky' failed on task 1 run 0 at turn 2: RuntimeError: the environment broke"
+        in caplog.text
     )
 
 

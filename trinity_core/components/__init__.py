@@ -67,9 +67,6 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
 """Kind name to its base classes (a component of a kind subclasses the first of them)."""
 
 __all__ = [
-    "ChatModel",
-    "Workflow",
-    "WorkflowTask",
     "ALGORITHM_CONFIG_KEYS",
     "BACKEND_KEY_MAPPERS",
     "KIND_BASES",
@@ -78,6 +75,7 @@ __all__ = [
     "AdvantageFn",
     "AlgorithmPreset",
     "AlgorithmType",
+    "ChatModel",
     "Component",
     "ComponentArgs",
     "ConfigRule",
@@ -96,6 +94,8 @@ __all__ = [
     "PolicyLossFn",
     "StandardPolicyLossFn",
     "TrainerAdvantage",
+    "Workflow",
+    "WorkflowTask",
     "aggregate_metrics",
     "grouped_order",
     "materialize_metrics",

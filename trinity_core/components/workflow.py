@@ -39,7 +39,10 @@ class ChatModel(Protocol):
     prompt) with ``tokens``, ``prompt_length``, ``logprobs``, ``response_text`` and ``truncate_status``.
     """
 
-    tokenizer: Any
+    @property
+    def tokenizer(self) -> Any:
+        """The policy's tokenizer."""
+        ...
 
     def encode(self, text: str, *, bos: bool = False) -> list[int]:
         """Token ids of ``text`` (``bos``: encoded as a prompt, ``<bos>`` first)."""
@@ -53,7 +56,9 @@ class ChatModel(Protocol):
         """``n`` responses to one conversation."""
         ...
 
-    def generate_tokens(self, prompts: Sequence[Sequence[int]], n: int = 1, **sampling: Any) -> list[Experience]:
+    def generate_tokens(
+        self, prompts: Sequence[Sequence[int]], n: int = 1, **sampling: Any
+    ) -> list[Experience]:
         """``n`` responses to each already encoded prompt (token ids)."""
         ...
 

@@ -9,7 +9,6 @@ one-layer model and a character tokenizer over printable ASCII, two runs, throug
 from __future__ import annotations
 
 import string
-from typing import Any
 
 import torch
 
@@ -18,8 +17,13 @@ from trinity_core.testing._core import ConformanceError, Subject, check
 
 __all__ = ["run_workflow"]
 
-_TINY = {"hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2,
-         "num_hidden_layers": 1}
+_TINY = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 1,
+}
 
 
 def run_workflow(subject: Subject, *, runs: int = 2) -> list[Experience]:
@@ -94,5 +98,3 @@ def check_workflow_ids_are_distinct(subject: Subject) -> None:
             f"{subject.describe()}: two runs gave experiences of runs {sorted(runs)}",
             "set exp.eid.run = task.run_id_base + i for the i-th run of a can_repeat workflow",
         )
-
-

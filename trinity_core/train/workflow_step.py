@@ -48,7 +48,9 @@ def build_workflow(
             "greedy": False,
         },
     )
-    return WorkflowRunner(rcfg.workflow, cls, dict(rcfg.workflow_args), engine, max_calls=rcfg.workflow_max_calls)
+    return WorkflowRunner(
+        rcfg.workflow, cls, dict(rcfg.workflow_args), engine, max_calls=rcfg.workflow_max_calls
+    )
 
 
 def explore_episodes(
@@ -89,7 +91,9 @@ def row_rewards(
             columns: dict[str, list[Any]] = {k: [row[k]] * n for k in fields if k != "prompt"}
             columns["truncated"] = list(truncated)
             prompts = [str(row.get("prompt", ""))] * n
-            return combine_rewards(fns, weights, names, prompts, completions, columns, completion_ids=completion_ids)
+            return combine_rewards(
+                fns, weights, names, prompts, completions, columns, completion_ids=completion_ids
+            )
 
         return score
 

@@ -48,7 +48,9 @@ class Conversation:
     def _encode(self, text: str, *, bos: bool) -> list[int]:
         encode = getattr(self.model, "encode", None)
         if encode is None:
-            raise TypeError("Conversation needs a model with encode(text, bos=...) (trinity_core ModelWrapper)")
+            raise TypeError(
+                "Conversation needs a model with encode(text, bos=...) (trinity_core ModelWrapper)"
+            )
         return list(encode(text, bos=bos))
 
     def add_text(self, text: str) -> None:
@@ -89,7 +91,9 @@ class Conversation:
     def to_experience(self, reward: float, info: Mapping[str, Any] | None = None) -> Experience:
         """The whole episode as one ``multi_turn`` experience (action mask on the model's tokens)."""
         if not self.history:
-            raise ValueError("a Conversation with history=False has no whole-episode experience; use step_experiences")
+            raise ValueError(
+                "a Conversation with history=False has no whole-episode experience; use step_experiences"
+            )
         if not self.turns:
             raise ValueError("the episode has no model turn, so it has no experience")
         return Experience(

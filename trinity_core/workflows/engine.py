@@ -1,9 +1,10 @@
 """The generation engine behind every model wrapper: one batched ``generate`` for many requests.
 
 A request is a list of encoded prompts with ``n`` responses each and its sampling settings; the engine
-samples all requests with equal settings in **one** call of :func:`trinity_core.train.rollout.sample_padded`
-(rows in request order, each prompt repeated ``n`` times, exactly as :func:`~trinity_core.train.rollout.generate`
-lays out a step) and hands every request its responses as single-turn :class:`Experience` objects.
+samples all requests with equal settings in **one** call of
+:func:`trinity_core.train.rollout.sample_padded` (rows in request order, each prompt repeated ``n``
+times, exactly as :func:`~trinity_core.train.rollout.generate` lays out a step) and hands every request
+its responses as single-turn :class:`Experience` objects.
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ class GenerationEngine:
         texts = self.tokenizer.batch_decode([r[:e].tolist() for r, e in zip(response, ends, strict=True)])
         logprobs = rollout.logprobs.cpu() if rollout.logprobs is not None else None
         out = []
-        for i, (prompt, m) in enumerate(zip(rollout.prompt_ids.cpu(), rollout.prompt_mask.cpu(), strict=True)):
+        for i, (prompt, m) in enumerate(
+            zip(rollout.prompt_ids.cpu(), rollout.prompt_mask.cpu(), strict=True)
+        ):
             n = int(lengths[i])
             out.append(
                 Experience(

@@ -52,7 +52,13 @@ class EpisodeOutcome:
 
 
 def make_tasks(
-    cls: type[Workflow], rows: Sequence[dict[str, Any]], *, step: int, task_offset: int, repeat_times: int, **shared: Any
+    cls: type[Workflow],
+    rows: Sequence[dict[str, Any]],
+    *,
+    step: int,
+    task_offset: int,
+    repeat_times: int,
+    **shared: Any,
 ) -> list[WorkflowTask]:
     """The workflow tasks of a step: one per row (``can_repeat``) or one per (row, run)."""
     if cls.can_repeat:
@@ -89,7 +95,9 @@ class WorkflowRunner:
         try:
             self.args = cls.validate_args(args).model_dump()
         except Exception as exc:
-            raise WorkflowError(f"rollout.workflow_args: bad arguments for workflow {name!r}: {exc}") from None
+            raise WorkflowError(
+                f"rollout.workflow_args: bad arguments for workflow {name!r}: {exc}"
+            ) from None
 
     def run(self, tasks: Sequence[WorkflowTask], *, model_version: int | None = None) -> EpisodeOutcome:
         """Run every task's episode at once; raise :class:`WorkflowError` when all of them fail."""
@@ -147,8 +155,10 @@ class WorkflowRunner:
                 exps = await loop.run_in_executor(pool, workflow.run)
             return self._checked(exps, task)
         except Exception as exc:
-            where = f"workflow {self.name!r} failed on task {task.index} run {task.run_id_base} at turn {model.turns}"
-            message = f"{where}: {type(exc).__name__}: {exc}"
+            message = (
+                f"workflow {self.name!r} failed on task {task.index} run {task.run_id_base} at turn "
+                f"{model.turns}: {type(exc).__name__}: {exc}"
+            )
             log.warning("%s; the episode is dropped (counted in workflow/failed_episodes)", message)
             return message, exc
         finally:
@@ -173,8 +183,8 @@ class WorkflowRunner:
             ids = (int(exp.eid.run), int(exp.eid.step))
             if ids in seen:
                 raise WorkflowError(
-                    f"run() returned several experiences with run {ids[0]} and step {ids[1]}; set exp.eid.run "
-                    "(one per run) and exp.eid.step (one per turn) so each is distinct"
+                    f"run() returned several experiences with run {ids[0]} and step {ids[1]}; set "
+                    "exp.eid.run (one per run) and exp.eid.step (one per turn) so each is distinct"
                 )
             seen.add(ids)
             kept.append(exp)

@@ -71,7 +71,9 @@ class ModelWrapper:
 
     # ------------------------------------------------------------------ sync
 
-    def generate_tokens(self, prompts: Sequence[Sequence[int]], n: int = 1, **sampling: Any) -> list[Experience]:
+    def generate_tokens(
+        self, prompts: Sequence[Sequence[int]], n: int = 1, **sampling: Any
+    ) -> list[Experience]:
         """``n`` responses to each encoded prompt."""
         request = self._request(prompts, n, sampling)
         if self.queue is None:

@@ -6,15 +6,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from trinity_plugin_gym import FrozenLakeTask, GymWorkflow
 
 from trinity_core.train.model import build_char_tokenizer, tiny_model
 from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
-from trinity_plugin_gym import FrozenLakeTask, GymWorkflow
 
-TINY = {"hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2,
-        "num_hidden_layers": 1}
+TINY = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 1,
+}
 MAX_TURNS = 8
-WORKFLOW_ARGS = {"max_turns": MAX_TURNS, "experience": "step", "history": False, "invalid_action_penalty": -1.0}
+WORKFLOW_ARGS = {
+    "max_turns": MAX_TURNS,
+    "experience": "step",
+    "history": False,
+    "invalid_action_penalty": -1.0,
+}
 
 
 def config(algorithm: str, steps: int) -> dict[str, Any]:
@@ -22,9 +32,20 @@ def config(algorithm: str, steps: int) -> dict[str, Any]:
     return {
         "algorithm": {"algorithm_type": algorithm, "repeat_times": 8, "kl_loss_fn": "none"},
         "tasks": {"name": "frozen_lake", "eval_size": 0},
-        "rollout": {"prompts_per_step": 8, "max_new_tokens": 2, "workflow": "gym", "workflow_args": WORKFLOW_ARGS},
-        "trainer": {"total_steps": steps, "lr": 1e-2, "checkpoint_every": 0, "progress": False, "threads": 1,
-                    "seed": 0},
+        "rollout": {
+            "prompts_per_step": 8,
+            "max_new_tokens": 2,
+            "workflow": "gym",
+            "workflow_args": WORKFLOW_ARGS,
+        },
+        "trainer": {
+            "total_steps": steps,
+            "lr": 1e-2,
+            "checkpoint_every": 0,
+            "progress": False,
+            "threads": 1,
+            "seed": 0,
+        },
         "model": {"config": TINY},
     }
 
@@ -41,7 +62,9 @@ def success_rate(weights: Path | None, episodes: int = 256, greedy: bool = False
         last = sorted((weights / "checkpoints").iterdir())[-1]
         model.load_state_dict(load_file(last / "model.safetensors"), strict=False)
     engine = GenerationEngine(
-        model, tokenizer, {"max_new_tokens": 2, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "greedy": greedy}
+        model,
+        tokenizer,
+        {"max_new_tokens": 2, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "greedy": greedy},
     )
     runner = WorkflowRunner("gym", GymWorkflow, WORKFLOW_ARGS, engine)
     rows = task_set.sample(episodes, torch.Generator().manual_seed(1))

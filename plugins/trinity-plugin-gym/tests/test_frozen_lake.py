@@ -6,10 +6,10 @@ import gymnasium as gym
 import pytest
 import torch
 from gym_support import TINY, random_policy_success
+from trinity_plugin_gym import FrozenLakeAdapter, FrozenLakeTask, GymWorkflow
 
 from trinity_core.train.model import build_char_tokenizer, tiny_model
 from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
-from trinity_plugin_gym import FrozenLakeAdapter, FrozenLakeTask, GymWorkflow
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,16 @@ def test_the_map_is_rendered_with_the_agent() -> None:
 
 @pytest.mark.parametrize(
     ("text", "action"),
-    [("left", 0), ("Down", 1), (" r", 2), ("up now", 3), ("lft", 0), ("", None), ("x", None), ("?left", None)],
+    [
+        ("left", 0),
+        ("Down", 1),
+        (" r", 2),
+        ("up now", 3),
+        ("lft", 0),
+        ("", None),
+        ("x", None),
+        ("?left", None),
+    ],
 )
 def test_actions_are_read_from_the_first_letter_of_the_first_word(text: str, action: int | None) -> None:
     assert FrozenLakeAdapter().parse(text) == action
@@ -51,7 +60,12 @@ def test_the_random_policy_rarely_reaches_the_goal() -> None:
 def test_episode_rules_hold_on_sampled_episodes(engine: GenerationEngine, shape: str) -> None:
     """64 episodes of the untrained model: the reward is the return (-0.5 after an invalid action, else 0
     or 1), at most max_turns turns, and the shape's experiences."""
-    args = {"max_turns": 3, "experience": shape, "history": shape == "episode", "invalid_action_penalty": -0.5}
+    args = {
+        "max_turns": 3,
+        "experience": shape,
+        "history": shape == "episode",
+        "invalid_action_penalty": -0.5,
+    }
     runner = WorkflowRunner("gym", GymWorkflow, args, engine)
     rows = FrozenLakeTask().sample(64, torch.Generator().manual_seed(0))
     torch.manual_seed(0)
@@ -60,7 +74,8 @@ def test_episode_rules_hold_on_sampled_episodes(engine: GenerationEngine, shape:
     assert max(outcome.turns) <= 3
     exps = outcome.experiences
     invalid = [e for e in exps if e.info["invalid_action"]]
-    assert invalid and all(e.reward == -0.5 for e in invalid)
+    assert invalid
+    assert all(e.reward == -0.5 for e in invalid)
     assert all(e.reward in (0.0, 1.0) for e in exps if not e.info["invalid_action"])
     if shape == "episode":
         assert len(exps) == 64

@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from gym_support import config, random_policy_success, success_rate
 
-from trinity_core.train import train
+from trinity_core.train.run import train
 
 
 def test_multi_step_grpo_learns_frozen_lake(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "trinity_plugin_multistep", reason="the preset's plugin (the test extra) is not installed"
+    )
     """Random actions reach the goal within 8 moves with probability 0.29% (exact), the untrained model
     never does (it rarely names an action); after 80 steps the sampled policy succeeds >= 10x as often
     as random (measured: 9.4% with seed 0)."""
@@ -26,6 +30,9 @@ def test_multi_step_grpo_learns_frozen_lake(tmp_path: Path) -> None:
 
 
 def test_gigpo_runs_on_frozen_lake(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "trinity_plugin_gigpo", reason="the preset's plugin (the test extra) is not installed"
+    )
     """Step experiences carry env_state_hash, GiGPO's anchor states: anchor groups form, losses are finite."""
     result = train(config("gigpo", 4), run_dir=tmp_path / "gigpo")
     assert result.steps == 4

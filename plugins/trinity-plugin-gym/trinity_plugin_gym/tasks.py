@@ -51,7 +51,10 @@ class FrozenLakeTask(Task):
     def sample(self, n: int, generator: torch.Generator) -> list[dict[str, Any]]:
         """``n`` seeds uniform in ``[0, seeds)``; the prompt is the start position's map."""
         start = start_prompt()
-        return [{"prompt": start, "seed": s} for s in torch.randint(0, self.seeds, (n,), generator=generator).tolist()]
+        return [
+            {"prompt": start, "seed": s}
+            for s in torch.randint(0, self.seeds, (n,), generator=generator).tolist()
+        ]
 
     def alphabet(self) -> str:
         """The adapter's characters."""

@@ -23,7 +23,9 @@ class GymWorkflowArgs(ComponentArgs):
 
     adapter: str = Field("frozen_lake", description="Text adapter: a name in ADAPTERS or 'module:Class'.")
     env_id: str | None = Field(None, description="gymnasium id; unset: the adapter's environment.")
-    env_kwargs: dict[str, Any] | None = Field(None, description="gymnasium.make arguments; unset: the adapter's.")
+    env_kwargs: dict[str, Any] | None = Field(
+        None, description="gymnasium.make arguments; unset: the adapter's."
+    )
     max_turns: int = Field(10, ge=1, description="Actions per episode; an episode still running then ends.")
     invalid_action_penalty: float = Field(
         -1.0, description="Added to the return when the model's reply names no action (the episode ends)."

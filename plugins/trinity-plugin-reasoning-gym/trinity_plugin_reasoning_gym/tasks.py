@@ -15,8 +15,12 @@ __all__ = ["ReasoningGymTask"]
 
 
 class _Args(ComponentArgs):
-    dataset: str = Field("chain_sum", description="reasoning-gym generator name (reasoning_gym.create_dataset).")
-    config: dict[str, Any] = Field(default_factory=dict, description="The generator's configuration keywords.")
+    dataset: str = Field(
+        "chain_sum", description="reasoning-gym generator name (reasoning_gym.create_dataset)."
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="The generator's configuration keywords."
+    )
     size: int = Field(1000, ge=1, description="Entries generated; rows are drawn from them uniformly.")
     seed: int = Field(0, description="The generator's seed (entries are deterministic given it).")
     prompt_template: str = Field("{question}", description="The prompt; {question} is the entry's question.")
@@ -40,7 +44,9 @@ class ReasoningGymTask(Task):
         import reasoning_gym
 
         try:
-            self._data = reasoning_gym.create_dataset(self.dataset, size=self.size, seed=self.seed, **self.config)
+            self._data = reasoning_gym.create_dataset(
+                self.dataset, size=self.size, seed=self.seed, **self.config
+            )
         except Exception as exc:
             raise ValueError(
                 f"tasks.args: reasoning-gym cannot build dataset {self.dataset!r} with {self.config}: "
