@@ -1,5 +1,5 @@
-from trinity_core.testing import WorkflowConformance
+from trinity_core.testing import PluginConformance
 
 
-class TestGymWorkflow(WorkflowConformance):
-    component = "gym"
+class TestConformance(PluginConformance):
+    distribution = "trinity-plugin-gym"

@@ -1,8 +1,13 @@
-"""The task set and reward function resolve through the registry with the distribution named."""
+"""The kit on the distribution, and its components resolving with the distribution named."""
 
 from __future__ import annotations
 
 from trinity_core import registry
+from trinity_core.testing import PluginConformance
+
+
+class TestConformance(PluginConformance):
+    distribution = "trinity-plugin-reasoning-gym"
 
 
 def test_components_are_registered() -> None:
