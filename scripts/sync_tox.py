@@ -23,7 +23,15 @@ PREFIX = "trinity-plugin-"
 SLIM_PLUGIN = "trinity-plugin-sapo"
 """The loss plugin the core-slim environment installs on the core without extras."""
 EXTRA_MODULES = {
-    "train": ("transformers", "accelerate", "tokenizers", "tqdm"),
+    "train": (
+        "transformers",
+        "accelerate",
+        "tokenizers",
+        "tqdm",
+        "trinity_core.train.run",
+        "trinity_core.train.model",
+        "trinity_core.workflows",
+    ),
     "hf": ("datasets", "trinity_core.hf"),
 }
 """Modules whose import in a plugin's code or tests means its env needs that extra of trinity-core."""

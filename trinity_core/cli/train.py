@@ -49,6 +49,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from trinity_core.train.prompts import PromptRenderError
     from trinity_core.train.rewards import RewardError
     from trinity_core.train.run import RunDirError, RunFinished, train
+    from trinity_core.workflows.errors import WorkflowError
 
     overrides = list(ns.overrides)
     if ns.no_progress:
@@ -65,7 +66,15 @@ def cmd_train(ns: argparse.Namespace) -> int:
     except RunFinished as exc:
         print(f"trinity train: {exc}", file=sys.stderr)
         return 0
-    except (RunDirError, ModelLoadError, LaunchError, CheckpointError, RewardError, PromptRenderError) as exc:
+    except (
+        RunDirError,
+        ModelLoadError,
+        LaunchError,
+        CheckpointError,
+        RewardError,
+        PromptRenderError,
+        WorkflowError,
+    ) as exc:
         if ns.debug:
             raise
         print(f"trinity train: error: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ policy_loss    ``trinity_core.policy_losses``    :class:`PolicyLossFn` (standard
 kl_fn          ``trinity_core.kl_fns``           :class:`KLFn`
 entropy_loss   ``trinity_core.entropy_losses``   :class:`EntropyLossFn`
 value_loss     ``trinity_core.value_losses``     :class:`ValueLossFn` (the critic's loss)
+workflow       ``trinity_core.workflows``        :class:`Workflow` (tasks in :class:`WorkflowTask`)
 =============  ================================  ==========================================
 """
 
@@ -54,6 +55,7 @@ from trinity_core.components.policy_loss import (
     StandardPolicyLossFn,
 )
 from trinity_core.components.value_loss import ValueLossFn
+from trinity_core.components.workflow import ChatModel, Workflow, WorkflowTask
 
 KIND_BASES: dict[str, tuple[type, ...]] = {
     "algorithm": (AlgorithmType,),
@@ -63,6 +65,7 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
     "kl_fn": (KLFn,),
     "entropy_loss": (EntropyLossFn,),
     "value_loss": (ValueLossFn,),
+    "workflow": (Workflow,),
 }
 """Kind name to its base classes (a component of a kind subclasses the first of them)."""
 
@@ -75,6 +78,7 @@ __all__ = [
     "AdvantageFn",
     "AlgorithmPreset",
     "AlgorithmType",
+    "ChatModel",
     "Component",
     "ComponentArgs",
     "ConfigRule",
@@ -94,6 +98,8 @@ __all__ = [
     "StandardPolicyLossFn",
     "TrainerAdvantage",
     "ValueLossFn",
+    "Workflow",
+    "WorkflowTask",
     "aggregate_metrics",
     "grouped_order",
     "materialize_metrics",

@@ -197,6 +197,14 @@ class RolloutConfig(Section):
     max_new_tokens: int | None = Field(
         default=None, ge=1, description="Longest response, in tokens; unset: the task's answer budget."
     )
+    workflow: str = Field(
+        default="single_turn",
+        description="Workflow that turns a task into experiences (kind 'workflow'); see docs/workflows.md.",
+    )
+    workflow_args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the workflow.")
+    workflow_max_calls: int = Field(
+        default=64, ge=1, description="Model calls one episode may make; one more fails the episode."
+    )
 
 
 class TrainerConfig(Section):

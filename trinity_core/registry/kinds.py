@@ -43,6 +43,13 @@ def _must_be_task(obj: object) -> str | None:
     return None
 
 
+def _must_be_workflow(obj: object) -> str | None:
+    # Duck-typed like tasks: a class the explorer instantiates per task and runs.
+    if not isinstance(obj, type) or not callable(getattr(obj, "run", None)):
+        return "expected a workflow class with run() (trinity_core.components.Workflow)"
+    return None
+
+
 _KINDS: dict[str, KindSpec] = {
     spec.kind: spec
     for spec in (
@@ -55,6 +62,7 @@ _KINDS: dict[str, KindSpec] = {
         KindSpec("value_loss", "trinity_core.value_losses", "value loss"),
         KindSpec("reward_fn", "trinity_core.reward_fns", "reward function", _must_be_callable),
         KindSpec("task", "trinity_core.tasks", "task set", _must_be_task),
+        KindSpec("workflow", "trinity_core.workflows", "workflow", _must_be_workflow),
     )
 }
 

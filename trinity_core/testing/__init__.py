@@ -36,6 +36,7 @@ from trinity_core.testing.suites import (
     PluginConformance,
     PolicyLossConformance,
     ValueLossConformance,
+    WorkflowConformance,
     distribution_cases,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "PolicyLossConformance",
     "Subject",
     "ValueLossConformance",
+    "WorkflowConformance",
     "all_checks",
     "check_names",
     "checks_for",

@@ -181,6 +181,7 @@ _CHECK_MODULES = (
     "trainer_advantage",
     "add_strategy",
     "algorithm",
+    "workflow",
 )
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "PluginConformance",
     "PolicyLossConformance",
     "ValueLossConformance",
+    "WorkflowConformance",
 ]
 
 OPTION_DEST = "trinity_plugin"
@@ -177,6 +178,12 @@ class ValueLossConformance(ComponentConformance):
     """Conformance of one value loss: ``component = "<name>"``."""
 
     kind = "value_loss"
+
+
+class WorkflowConformance(ComponentConformance):
+    """Every check for one workflow."""
+
+    kind = "workflow"
 
 
 class AlgorithmConformance(ComponentConformance):

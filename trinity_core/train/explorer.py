@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
@@ -43,6 +43,7 @@ from trinity_core.train.profile import StepProfiler
 from trinity_core.train.prompts import PromptRenderer
 from trinity_core.train.rewards import combine_rewards
 from trinity_core.train.rollout import Rollout, generate
+from trinity_core.train.workflow_step import build_workflow, explore_episodes, outcome_metrics, row_rewards
 
 __all__ = ["Explored", "Explorer"]
 
@@ -52,13 +53,16 @@ class Explored:
     """One explorer step's sampled and rewarded responses, before they become experiences."""
 
     step: int
-    rollout: Rollout
+    rollout: Rollout | None
     rewards: list[float | None]
     model_version: int
     seconds: float
     """Wall time of :meth:`Explorer.rollout` (for the idle fractions)."""
     messages: list[list[dict[str, Any]]] | None = None
     """Per response, the conversation with the sampled answer (chat-templated prompts only)."""
+    experiences: list[Experience] | None = None
+    """A per-task workflow's experiences (then ``rollout`` is None); see docs/workflows.md."""
+    metrics: dict[str, Tensor] = field(default_factory=dict)
 
 
 class Explorer:
@@ -100,12 +104,15 @@ class Explorer:
         self.config, self.rank, self.prompts_per_rank = config, rank, prompts_per_rank
         self.task, self.tokenizer, self.policy = task, tokenizer, policy
         self.reward_names, self.reward_fns, self.reward_weights = rewards
+        self.rewards = rewards
         self.components, self.writer, self.pm = components, writer, pm
         self.task_gen, self.profiler, self.event_loop = task_gen, profiler, event_loop
         self.group_size = config.algorithm.repeat_times
         self.max_new_tokens = config.rollout.max_new_tokens or task.max_response_tokens()
         self.version = 0
         self.prompter = prompter or PromptRenderer(tokenizer, templated=False)
+        # rollout.workflow: None for single_turn (the whole-step rollout below), else its episode runner.
+        self.workflow = build_workflow(config, policy, tokenizer, self.max_new_tokens)
 
     def step(self, step: int) -> dict[str, Tensor]:
         """Make and write the experiences of step ``step`` (0-based); return the explorer's metrics."""
@@ -120,6 +127,29 @@ class Explorer:
 
         # 1. Rollout: G responses for each prompt of this rank.
         rows = self.task.sample(self.prompts_per_rank, self.task_gen)
+        if self.workflow is not None:  # a per-task workflow: episodes, model calls batched per turn
+            with self.profiler.section("generation"):
+                outcome = explore_episodes(
+                    self.workflow,
+                    rows,
+                    step=step,
+                    task_offset=self.rank * self.prompts_per_rank,
+                    repeat_times=G,
+                    reward_fn=row_rewards(tuple(self.task.fields), self.rewards),
+                    model_version=self.version,
+                )
+            exps = outcome.experiences
+            seconds = time.perf_counter() - start
+            rewards = [e.reward for e in exps]
+            return Explored(
+                step,
+                None,
+                rewards,
+                self.version,
+                seconds,
+                experiences=exps,
+                metrics=outcome_metrics(outcome, start),
+            )
         prompts = [r["prompt"] for r in rows]
         with self.profiler.section("generation"):
             rollout = generate(
@@ -147,7 +177,7 @@ class Explorer:
             completion_ids=completion_ids,
         )
         messages = self.prompter.messages(rows, completions, G)
-        return Explored(step, rollout, rewards, self.version, time.perf_counter() - start, messages)
+        return Explored(step, rollout, rewards, self.version, time.perf_counter() - start, messages=messages)
 
     # ------------------------------------------------------------------ experiences into the buffer
 
@@ -163,7 +193,7 @@ class Explorer:
         base = self.rank * self.prompts_per_rank
         adv_metrics: Metrics = {}
         columnar = columnar_levels(comps, self.pm)
-        if columnar is not None:
+        if columnar is not None and rollout is not None:
             built = rollout_batch(
                 rollout,
                 rewards,
@@ -186,15 +216,18 @@ class Explorer:
             else:
                 self.event_loop.run_until_complete(self.writer.write(written))
         else:
-            exps = rollout_experiences(
-                rollout,
-                rewards,
-                step=step,
-                group_size=G,
-                task_offset=base,
-                model_version=version,
-                messages=explored.messages,
-            )
+            exps = explored.experiences
+            if rollout is not None:
+                exps = rollout_experiences(
+                    rollout,
+                    rewards,
+                    step=step,
+                    group_size=G,
+                    task_offset=base,
+                    model_version=version,
+                    messages=explored.messages,
+                )
+            assert exps is not None
             exps = run_experience_pipeline(self.pm, exps, step)
             if comps.add_strategy is not None:
                 _, adv_metrics = self.event_loop.run_until_complete(comps.add_strategy.add(exps, step))
@@ -210,7 +243,9 @@ class Explorer:
             for k, v in adv_metrics.items()
             if isinstance(v, Tensor | float | int)
         }
-        metrics["response/truncated"] = rollout.truncated.double().mean()
+        metrics.update(explored.metrics)
+        if rollout is not None:
+            metrics["response/truncated"] = rollout.truncated.double().mean()
         scored = [r for r in rewards if r is not None]
         metrics["explorer/reward_mean"] = torch.tensor(
             sum(scored) / len(scored) if scored else float("nan"), dtype=torch.float64

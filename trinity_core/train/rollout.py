@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Rollout", "encode_prompts", "generate"]
+__all__ = ["Rollout", "encode_prompts", "generate", "pad_rows", "sample_padded"]
 
 
 @dataclass
@@ -33,6 +33,8 @@ class Rollout:
     response_ids: Tensor
     response_lengths: Tensor
     truncated: Tensor
+    logprobs: Tensor | None = None
+    """``(N, T)`` float32 log-probs of the sampled tokens (0 after the response), when asked for."""
 
     @property
     def response_mask(self) -> Tensor:
@@ -64,21 +66,61 @@ def generate(
     top_p: float = 1.0,
     top_k: int = 0,
     greedy: bool = False,
+    logprobs: bool = False,
 ) -> Rollout:
     """Sample ``repeat`` responses for each prompt (rows ``i*repeat .. i*repeat+repeat-1`` for prompt ``i``).
 
-    Uses the global torch RNG (seeded by the trainer and saved in checkpoints).
+    Uses the global torch RNG (seeded by the trainer and saved in checkpoints). With ``logprobs`` the
+    rollout carries the sampling distribution's log-probability of each response token.
     """
     device = next(model.parameters()).device
     ids, mask = encode_prompts(tokenizer, prompts, device)
-    ids = ids.repeat_interleave(repeat, dim=0)
-    mask = mask.repeat_interleave(repeat, dim=0)
+    return sample_padded(
+        model,
+        tokenizer,
+        ids.repeat_interleave(repeat, dim=0),
+        mask.repeat_interleave(repeat, dim=0),
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        greedy=greedy,
+        logprobs=logprobs,
+    )
+
+
+def pad_rows(tokenizer: Any, rows: Sequence[Sequence[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(ids, mask)`` of already encoded prompts (token id lists), left-padded as :func:`encode_prompts`."""
+    padded = tokenizer.pad(
+        {"input_ids": [list(r) for r in rows]}, padding=True, padding_side="left", return_tensors="pt"
+    )
+    return padded["input_ids"].to(device), padded["attention_mask"].to(device, torch.bool)
+
+
+@torch.no_grad()
+def sample_padded(
+    model: Any,
+    tokenizer: Any,
+    ids: Tensor,
+    mask: Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    greedy: bool = False,
+    logprobs: bool = False,
+) -> Rollout:
+    """One response per row of the left-padded prompts ``ids`` / ``mask`` (the body of :func:`generate`)."""
+    device = ids.device
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     sampling: dict[str, Any] = (
         {"do_sample": False}
         if greedy
         else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k or None}
     )
+    if logprobs:
+        sampling.update(output_scores=True, return_dict_in_generate=True)
     was_training = model.training
     model.eval()
     out = model.generate(
@@ -92,6 +134,10 @@ def generate(
         **sampling,
     )
     model.train(was_training)
+    scores = None
+    if logprobs:
+        scores = torch.stack(out.scores, dim=1).float().log_softmax(-1)
+        out = out.sequences
     response = out[:, ids.shape[1] :]
     if response.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
         extra = torch.full(
@@ -104,4 +150,10 @@ def generate(
     lengths = first + 1
     col = torch.arange(response.shape[1], device=device)
     response = torch.where(col < lengths[:, None], response, pad)
-    return Rollout(ids, mask, response, lengths.long(), ~has_eos)
+    rollout = Rollout(ids, mask, response, lengths.long(), ~has_eos)
+    if scores is not None:
+        width = scores.shape[1]
+        picked = scores.gather(-1, response[:, :width, None]).squeeze(-1)
+        picked = torch.cat([picked, picked.new_zeros(picked.shape[0], response.shape[1] - width)], dim=1)
+        rollout.logprobs = torch.where(col < lengths[:, None], picked, 0.0)
+    return rollout

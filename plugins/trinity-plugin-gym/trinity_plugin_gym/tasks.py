@@ -1,0 +1,65 @@
+"""``frozen_lake``: environment seeds as a task set, the first observation as the prompt."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, ClassVar
+
+import torch
+from pydantic import Field
+
+from trinity_core.components import ComponentArgs
+from trinity_core.train.tasks import Task
+from trinity_plugin_gym.adapters import FrozenLakeAdapter
+
+__all__ = ["FrozenLakeTask", "start_prompt"]
+
+
+@functools.cache
+def start_prompt() -> str:
+    """The rendered first observation of FrozenLake 4x4 (the same for every seed: the map is fixed)."""
+    import gymnasium as gym
+
+    adapter = FrozenLakeAdapter()
+    env = gym.make(adapter.env_id, **adapter.env_kwargs)
+    try:
+        observation, _ = env.reset(seed=0)
+        return adapter.render(env, observation)
+    finally:
+        env.close()
+
+
+class _Args(ComponentArgs):
+    seeds: int = Field(1000, ge=1, description="Environment seeds are drawn from [0, seeds).")
+
+
+class FrozenLakeTask(Task):
+    """FrozenLake episodes (4x4, not slippery): rows ``{"prompt": <map as text>, "seed": int}``.
+
+    The episode's reward is its return, computed by the ``gym`` workflow, so no reward function is used.
+    """
+
+    Args: ClassVar[type[ComponentArgs]] = _Args
+    default_reward_fns: ClassVar[tuple[str, ...]] = ()
+    seeds: int
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """``prompt``, ``seed``."""
+        return ("prompt", "seed")
+
+    def sample(self, n: int, generator: torch.Generator) -> list[dict[str, Any]]:
+        """``n`` seeds uniform in ``[0, seeds)``; the prompt is the start position's map."""
+        start = start_prompt()
+        return [
+            {"prompt": start, "seed": s}
+            for s in torch.randint(0, self.seeds, (n,), generator=generator).tolist()
+        ]
+
+    def alphabet(self) -> str:
+        """The adapter's characters."""
+        return FrozenLakeAdapter().alphabet()
+
+    def max_response_tokens(self) -> int:
+        """The longest action word and EOS."""
+        return 6
