@@ -6,7 +6,8 @@ Each folder ``plugins/trinity-plugin-<name>`` gets the factor ``<name>`` without
 or ``hf`` extra when the plugin's code or tests import what those provide; ``[testenv:all]`` installs them
 all and runs each plugin's tests in its own pytest session (plugins may hold same-named test modules);
 ``[testenv:core-slim]`` installs the core without extras and :data:`SLIM_PLUGIN` with what it needs, and
-runs the conformance kit on it. Run it after adding a plugin; tests/test_matrix.py fails until tox.ini
+runs the conformance kit on it. It also rewrites the shipped-plugin catalog of
+trinity_core/registry/shipped.py. Run it after adding a plugin; tests/test_matrix.py fails until tox.ini
 matches.
 """
 
@@ -175,6 +176,33 @@ def main() -> None:
         text = text.replace("\n[testenv:lint]", f"\n{slim}\n\n[testenv:lint]")
     factors = ",".join(factor(p.name) for p in plugins(tracked_only))
     text = re.sub(r"plugin-\{[^}]*\}, all", f"plugin-{{{factors}}}, all", text)
+    path.write_text(text)
+    write_shipped(tracked_only)
+
+
+def write_shipped(tracked_only: bool = False) -> None:
+    """Rewrite ``SHIPPED`` in trinity_core/registry/shipped.py (an unknown name's install hint).
+
+    The catalog is static so that an installed core, which has no plugins/ folder, can still say which
+    shipped distribution provides a name.
+    """
+    from trinity_core.registry.shipped import catalog
+
+    table = catalog(p / "pyproject.toml" for p in plugins(tracked_only))
+    lines = ["SHIPPED: dict[str, dict[str, str]] = {"]
+    for group, names in table.items():
+        lines.append(f'    "{group}": {{')
+        lines += [f'        "{name}": "{dist}",' for name, dist in names.items()]
+        lines.append("    },")
+    lines.append("}")
+    path = ROOT / "trinity_core" / "registry" / "shipped.py"
+    text = path.read_text()
+    text = re.sub(
+        r"^SHIPPED: dict\[str, dict\[str, str\]\] = \{\n.*?^\}\n",
+        "\n".join(lines) + "\n",
+        text,
+        flags=re.S | re.M,
+    )
     path.write_text(text)
 
 

@@ -1,8 +1,8 @@
 """Which shipped plugin distribution provides each component name, for the message of an unknown name.
 
 ``SHIPPED[namespace][name]`` is the distribution under ``plugins/`` of the trinity-core repository that
-declares that entry point; tests/test_shipped_catalog.py keeps it equal to the plugins' pyproject files
-(regenerate with :func:`catalog` when it fails).
+declares that entry point; tests/test_plugin_messages.py keeps it equal to the plugins' pyproject files
+(scripts/sync_tox.py rewrites it).
 """
 
 from __future__ import annotations
@@ -119,6 +119,18 @@ SHIPPED: dict[str, dict[str, str]] = {
         "format": "trinity-plugin-math-reward",
         "gsm8k": "trinity-plugin-math-reward",
         "math_verify": "trinity-plugin-math-reward",
+        "reasoning_gym_score": "trinity-plugin-reasoning-gym",
+    },
+    "trinity_core.tasks": {
+        "frozen_lake": "trinity-plugin-gym",
+        "reasoning_gym": "trinity-plugin-reasoning-gym",
+    },
+    "trinity_core.value_losses": {
+        "clipped": "trinity-plugin-ppo",
+        "mse": "trinity-plugin-ppo",
+    },
+    "trinity_core.workflows": {
+        "gym": "trinity-plugin-gym",
     },
 }
 """Entry-point namespace -> component name -> shipped distribution."""
