@@ -225,6 +225,7 @@ def test_kind_bases_cover_contract():
         "kl_fn",
         "entropy_loss",
         "value_loss",
+        "workflow",
     }
     for kind, bases in KIND_BASES.items():
         for base in bases:
