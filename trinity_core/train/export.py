@@ -77,7 +77,7 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
     missing, unexpected = model.load_state_dict(
         load_file(str(checkpoint / "model.safetensors")), strict=False
     )
-    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+    if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
         raise ExportError(
             f"{checkpoint}: the weights do not fit the model of {run_dir / CONFIG_FILE} (missing {missing}, "
             f"unexpected {unexpected}); was config.yaml edited after training?"
