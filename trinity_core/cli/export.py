@@ -22,6 +22,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("out_dir", metavar="OUT_DIR", help="folder to create")
     parser.add_argument("--step", type=int, help="checkpoint step (default: the newest intact checkpoint)")
     parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR when it exists")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="of a LoRA run: write the model with the adapter merged in (default: the adapter only)",
+    )
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     parser.set_defaults(func=cmd_export)
 
@@ -35,7 +40,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
     from trinity_core.train.model import ModelLoadError
 
     try:
-        out = export_checkpoint(ns.run_dir, ns.out_dir, step=ns.step, overwrite=ns.overwrite)
+        out = export_checkpoint(ns.run_dir, ns.out_dir, step=ns.step, overwrite=ns.overwrite, merge=ns.merge)
     except (ExportError, ModelLoadError) as exc:
         if ns.debug:
             raise

@@ -33,6 +33,7 @@ from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import BufferReader, MemoryReader
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.ops import LossScale, global_normalizers
+from trinity_core.train.balance import balance_batch, balances
 from trinity_core.train.model import needs_train_mode
 from trinity_core.train.offline import StoredExperiences
 from trinity_core.train.profile import StepProfiler
@@ -106,6 +107,7 @@ class Learner:
         self.need_old_pass = tcfg.epochs * tcfg.minibatches > 1
         self.max_staleness = config.synchronizer.max_staleness
         self.train_mode = needs_train_mode(config)
+        self.balance = balances(config, components.preset, accelerator.num_processes)
         self.version = 0
 
     # ------------------------------------------------------------------ mode both
@@ -137,6 +139,10 @@ class Learner:
         metrics.update(staleness)
         if fresh is None:  # every row too old: no update this step, the version stays
             return metrics
+        if self.balance:  # about the same tokens on every rank (whole groups move)
+            levels = GROUP_LEVELS if in_trainer else ()
+            fresh, shares = balance_batch(fresh, acc, pad_token_id=self.pad_token_id, group_levels=levels)
+            metrics.update(shares)
         batch = fresh.to(acc.device)
         ids, P = batch.input_ids.long(), batch.max_prompt_length
         attn = None if int(batch.prompt_lengths.min()) == P else batch.attention_mask
