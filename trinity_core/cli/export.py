@@ -46,5 +46,10 @@ def cmd_export(ns: argparse.Namespace) -> int:
             raise
         print(f"trinity export: error: {exc}", file=sys.stderr)
         return 1
-    print(f"exported to {out} (load with AutoModelForCausalLM.from_pretrained)")
+    how = (
+        "PeftModel.from_pretrained on the base model"
+        if (out / "adapter_config.json").exists()
+        else "AutoModelForCausalLM.from_pretrained"
+    )
+    print(f"exported to {out} (load with {how})")
     return 0

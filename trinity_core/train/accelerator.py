@@ -54,6 +54,7 @@ def make_accelerator(config: ResolvedConfig, run_dir: Path) -> Any:
     if tcfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError([ConfigProblem("trainer.device", "cuda requested but no CUDA device is available")])
     check_precision(tcfg.mixed_precision, cpu)
+    _forget_other_precision(tcfg.mixed_precision)
     if tcfg.threads is not None:
         torch.set_num_threads(tcfg.threads)
     trackers: Any = tcfg.trackers
@@ -67,6 +68,19 @@ def make_accelerator(config: ResolvedConfig, run_dir: Path) -> Any:
     )
     check_launch(acc.num_processes, os.environ)
     return acc
+
+
+def _forget_other_precision(mixed_precision: str) -> None:
+    """Let this process make an ``Accelerator`` of another precision than its last one.
+
+    Accelerate keeps one state per process and refuses to change its precision; a second run in the same
+    process (the Python API, a notebook, tests) may ask for another. The process group is kept.
+    """
+    from accelerate.state import AcceleratorState
+
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision") != mixed_precision:
+        AcceleratorState._reset_state(reset_partial_state=False)
 
 
 def check_launch(num_processes: int, environ: Mapping[str, str]) -> None:
