@@ -237,7 +237,7 @@ def test_micro_batches_pack_consecutive_rows_within_the_token_budget() -> None:
 
 def test_row_tokens_counts_prompt_and_response_tokens() -> None:
     mask = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 0, 0]])
-    assert row_tokens(None, mask, 4).tolist() == [6, 7, 0]
+    assert row_tokens(None, mask, 4).tolist() == [6, 7, 4]  # an empty response still has its prompt
     attn = torch.tensor([[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
     assert row_tokens(attn, mask[:2], 2).tolist() == [3, 5]
 
