@@ -24,6 +24,7 @@ __all__ = [
     "load_policy",
     "needs_train_mode",
     "prepare_policy",
+    "reference_policy",
     "tiny_model",
 ]
 
@@ -148,6 +149,15 @@ def prepare_policy(model: Any, config: ResolvedConfig) -> Any:
 
         model = add_lora(model, config.model.lora)
     return model
+
+
+def reference_policy(model: Any) -> Any:
+    """The reference policy made from the initial ``model``: a LoRA model with its adapters disabled (no
+    copy), otherwise a frozen copy."""
+    from trinity_core.train.build import frozen_copy
+    from trinity_core.train.lora import AdapterDisabled, is_lora
+
+    return AdapterDisabled(model) if is_lora(model) else frozen_copy(model)
 
 
 def needs_train_mode(config: ResolvedConfig) -> bool:

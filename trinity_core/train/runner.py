@@ -35,8 +35,7 @@ from trinity_core.train.build import build_components, build_rewards, build_task
 from trinity_core.train.explorer import Explored, Explorer
 from trinity_core.train.export import save_policy
 from trinity_core.train.learner import Learner, check_loss_inputs
-from trinity_core.train.lora import AdapterDisabled, is_lora
-from trinity_core.train.model import load_policy, prepare_policy
+from trinity_core.train.model import load_policy, prepare_policy, reference_policy
 from trinity_core.train.offline import check_offline_trainer, check_vocabulary, load_stored_experiences
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.synchronizer import InlineExecutor, Synchronizer
@@ -192,7 +191,7 @@ class Runner:
         if not (needs_reference(self.config) or loss_reads_ref):
             return None
         if not mcfg.ref_model_path:
-            return AdapterDisabled(model) if is_lora(model) else frozen_copy(model)
+            return reference_policy(model)
         ref, _ = load_policy(mcfg.ref_model_path, None, {}, "", seed=self.config.trainer.seed)
         ref.eval()
         ref.requires_grad_(False)
