@@ -15,6 +15,7 @@ __all__ = ["EXTRAS", "MissingExtraError", "require_extra"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("transformers", "accelerate", "datasets", "tokenizers", "tqdm", "filelock"),
     "hf": ("datasets",),
+    "lora": ("peft",),
 }
 """Importable module names each extra provides (``filelock`` locks a run directory)."""
 

@@ -1,13 +1,16 @@
-"""Two gloo ranks on CPU (torchrun): identical parameters, and the single-process gradient to 1e-6."""
+"""Two gloo ranks on CPU (torchrun): identical parameters, and the single-process gradient to 1e-6 with
+row micro-batches, token-budget micro-batches and batches balanced across the ranks."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import train_dist_worker as worker
 from safetensors.torch import load_file
@@ -47,3 +50,19 @@ def test_two_ranks_match_one_process(tmp_path: Path) -> None:
         assert torch.equal(g0[name], g1[name]), name
         rel = (g0[name] - g).norm() / g.norm().clamp_min(1e-30)
         assert rel < 1e-6, (name, float(rel))
+
+    # The same with micro-batches of at most 9 tokens (rank 0's rows hold 5, 7, 6, 5 tokens: four pieces;
+    # rank 1's 7 each: four pieces), and after balancing the rows over the ranks by tokens.
+    for kind in ("gradtok", "gradbal"):
+        g0, g1 = (load_file(str(tmp_path / f"{kind}{rank}.safetensors")) for rank in (0, 1))
+        for name, g in single.items():
+            assert torch.equal(g0[name], g1[name]), (kind, name)
+            rel = (g0[name] - g).norm() / g.norm().clamp_min(1e-30)
+            assert rel < 1e-6, (kind, name, float(rel))
+
+    # Groups of two rows: (5+7) (6+5) on rank 0 = 23 tokens, (7+7) (7+7) on rank 1 = 28. Largest first
+    # to the lighter rank: 14 -> r0, 14 -> r1, 12 -> r0 (tie: lower rank), 11 -> r1: 26 and 25 tokens.
+    b0, b1 = (json.loads((tmp_path / f"balance{rank}.json").read_text()) for rank in (0, 1))
+    assert (b0["balance/tokens_before"], b1["balance/tokens_before"]) == (23.0, 28.0)
+    assert (b0["balance/tokens_after"], b1["balance/tokens_after"]) == (26.0, 25.0)
+    assert b0["balance/max_over_mean"] == b1["balance/max_over_mean"] == pytest.approx(26 / 25.5)

@@ -2,12 +2,16 @@
 
 1. Gradient of one optimizer step on a fixed batch split over the ranks (micro-batches of 2 rows),
    written per rank to ``grad<rank>.safetensors``.
-2. Three real training steps of ``trinity train``; each rank writes its parameters to
-   ``params<rank>.safetensors``.
+2. The same gradient with token-budget micro-batches (``gradtok<rank>``), and after balancing the
+   rows over the ranks by tokens in groups of two (``gradbal<rank>``, the token counts in
+   ``balance<rank>.json``).
+3. Three real training steps of ``trinity train`` (batches balanced across the ranks); each rank writes
+   its parameters to ``params<rank>.safetensors``.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,15 +47,19 @@ CONFIG: dict[str, Any] = {
 N_ROWS, PROMPT, MAX_RESPONSE = 8, 4, 3
 
 
-def fixed_experiences() -> list[Experience]:
-    """8 experiences with responses of 1..3 tokens (unequal per rank) and random advantages."""
+def fixed_experiences(group_size: int = 4) -> list[Experience]:
+    """8 experiences with responses of 1..3 tokens (unequal per rank) and random advantages, in task
+    groups of ``group_size``."""
     gen = torch.Generator().manual_seed(123)
     exps = []
     for i in range(N_ROWS):
         length = 1 + (i * 5) % MAX_RESPONSE if i < 4 else MAX_RESPONSE
         tokens = torch.randint(3, 14, (PROMPT + length,), generator=gen, dtype=torch.int32)
         exp = Experience(
-            eid=EID(batch=0, task=i // 4, run=i % 4), tokens=tokens, prompt_length=PROMPT, reward=0.0
+            eid=EID(batch=0, task=i // group_size, run=i % group_size),
+            tokens=tokens,
+            prompt_length=PROMPT,
+            reward=0.0,
         )
         exp.advantages = torch.randn(length, generator=gen)
         exps.append(exp)
@@ -88,6 +96,18 @@ def main(out: Path) -> None:
     per = N_ROWS // world
     grads = step_gradient(trainer, fixed_experiences()[rank * per : (rank + 1) * per])
     save_file(grads, str(out / f"grad{rank}.safetensors"))
+    budget = make_trainer(out / "token-run", {"micro_batch_size": None, "max_tokens_per_micro_batch": 9})
+    grads = step_gradient(budget, fixed_experiences()[rank * per : (rank + 1) * per])
+    save_file(grads, str(out / f"gradtok{rank}.safetensors"))
+
+    from trinity_core.train.balance import balance_batch
+
+    mine = fixed_experiences(group_size=2)[rank * per : (rank + 1) * per]
+    batch, shares = balance_batch(ExperienceBatch.from_experiences(mine), trainer.acc, pad_token_id=0)
+    grads = step_gradient(trainer, batch.to_experiences())
+    save_file(grads, str(out / f"gradbal{rank}.safetensors"))
+    counts = {k: float(v) for k, v in shares.items()}
+    (out / f"balance{rank}.json").write_text(json.dumps(counts), encoding="utf-8")
     trainer = make_trainer(out / "train-run")
     trainer.train()
     params = {n: p.detach().contiguous() for n, p in trainer.learner.policy.named_parameters()}

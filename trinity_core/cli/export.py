@@ -22,6 +22,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("out_dir", metavar="OUT_DIR", help="folder to create")
     parser.add_argument("--step", type=int, help="checkpoint step (default: the newest intact checkpoint)")
     parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR when it exists")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="of a LoRA run: write the model with the adapter merged in (default: the adapter only)",
+    )
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     parser.set_defaults(func=cmd_export)
 
@@ -35,11 +40,16 @@ def cmd_export(ns: argparse.Namespace) -> int:
     from trinity_core.train.model import ModelLoadError
 
     try:
-        out = export_checkpoint(ns.run_dir, ns.out_dir, step=ns.step, overwrite=ns.overwrite)
+        out = export_checkpoint(ns.run_dir, ns.out_dir, step=ns.step, overwrite=ns.overwrite, merge=ns.merge)
     except (ExportError, ModelLoadError) as exc:
         if ns.debug:
             raise
         print(f"trinity export: error: {exc}", file=sys.stderr)
         return 1
-    print(f"exported to {out} (load with AutoModelForCausalLM.from_pretrained)")
+    how = (
+        "PeftModel.from_pretrained on the base model"
+        if (out / "adapter_config.json").exists()
+        else "AutoModelForCausalLM.from_pretrained"
+    )
+    print(f"exported to {out} (load with {how})")
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from trinity_core.components import LossAggMode  # one definition, shared with the loss components
 
@@ -21,6 +21,7 @@ __all__ = [
     "AlgorithmConfig",
     "CriticConfig",
     "DataConfig",
+    "LoraSettings",
     "LossAggMode",
     "ModelConfig",
     "ResolvedAlgorithmConfig",
@@ -97,6 +98,19 @@ class AlgorithmConfig(Section):
     )
 
 
+class LoraSettings(Section):
+    """LoRA adapters through PEFT (``pip install 'trinity-core[lora]'``): only the adapters train."""
+
+    r: int = Field(default=8, ge=1, description="Rank of the adapter matrices.")
+    alpha: int = Field(default=16, ge=1, description="Scaling numerator (the update is alpha / r).")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapter's input.")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        default="all-linear",
+        description="Module names (suffixes) that get adapters, e.g. [q_proj, v_proj]; all-linear: every "
+        "linear layer but the output head.",
+    )
+
+
 class ModelConfig(Section):
     """The policy model and its tokenizer (``trinity train``)."""
 
@@ -120,7 +134,11 @@ class ModelConfig(Section):
     )
     ref_model_path: str | None = Field(
         default=None,
-        description="Reference model for KL; unset: a frozen copy of the initial policy.",
+        description="Reference model for KL; unset: a frozen copy of the initial policy (with model.lora: "
+        "the policy with its adapters disabled, no copy).",
+    )
+    lora: LoraSettings | None = Field(
+        default=None, description="Train LoRA adapters instead of the full model; unset: full fine-tuning."
     )
     critic_path: str | None = Field(
         default=None,
@@ -239,7 +257,27 @@ class TrainerConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = Field(
         default="auto", description="auto: CUDA when available, else CPU."
     )
-    precision: Literal["no", "bf16", "fp16"] = Field(default="no", description="Mixed precision.")
+    mixed_precision: Literal["no", "bf16", "fp16"] = Field(
+        default="no",
+        validation_alias=AliasChoices("mixed_precision", "precision"),
+        description="Accelerate's mixed precision (autocast; weights stay float32, log-probs and loss "
+        "statistics are float32); fp16 needs CUDA. Also read as the older key trainer.precision.",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass (transformers', non-reentrant).",
+    )
+    max_tokens_per_micro_batch: int | None = Field(
+        default=None,
+        ge=1,
+        description="Token budget of a forward/backward: consecutive rows packed while their tokens fit "
+        "(a longer row goes alone); combined with micro_batch_size, both limits hold. Unset: off.",
+    )
+    balance_batch: bool = Field(
+        default=True,
+        description="With several processes and a preset whose can_balance_batch is true, give every "
+        "rank about the same number of tokens (whole task groups move between ranks).",
+    )
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads; unset: torch's choice.")
     run_dir: str | None = Field(
         default=None, description="Run directory; unset: runs/<task>-<algorithm>-<timestamp>."

@@ -306,7 +306,8 @@ def save_run(
         policy = learner.policy
         state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
         if getattr(policy.config, "tie_word_embeddings", False):
-            state.pop("lm_head.weight", None)
+            for key in [k for k in state if k.endswith("lm_head.weight")]:  # also a PEFT model's
+                del state[key]
         save_file(state, str(tmp / "model.safetensors"))
         tensors, structure = optimizer_state_tensors(learner.optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
@@ -349,7 +350,7 @@ def load_run(
         )
     state = load_file(str(path / "model.safetensors"))
     missing, unexpected = learner.policy.load_state_dict(state, strict=False)
-    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+    if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
         raise CheckpointError(f"{path}: model weights do not fit the model ({missing}, {unexpected})")
     structure = json.loads((path / "optimizer.json").read_text(encoding="utf-8"))
     learner.optimizer.load_state_dict(

@@ -3,9 +3,11 @@
 :func:`export_checkpoint` rebuilds the run's policy and tokenizer from its saved ``config.yaml`` (as the
 trainer does), loads a checkpoint's ``model.safetensors`` into it and writes ``save_pretrained`` of the
 model, the tokenizer (with its chat template, when it has one) and a generation config into a new
-folder. The folder is written beside its destination and renamed into place when complete, so an
-interrupted export leaves nothing half-written; an existing folder is never touched unless
-``overwrite`` is given.
+folder. A LoRA run (``model.lora``) exports its adapter (PEFT's ``adapter_config.json`` and
+``adapter_model.safetensors``, for ``PeftModel.from_pretrained`` on the base model), or with ``merge`` the
+model with the adapter merged into its weights. The folder is written beside its destination and
+renamed into place when complete, so an interrupted export leaves nothing half-written; an existing
+folder is never touched unless ``overwrite`` is given.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
     from trinity_core.config.loading import read_yaml_mapping
     from trinity_core.train.build import build_task
     from trinity_core.train.checkpoint import CONFIG_FILE
+    from trinity_core.train.lora import add_lora
     from trinity_core.train.model import load_policy
 
     config = resolve_config(read_yaml_mapping(run_dir / CONFIG_FILE))
@@ -74,10 +77,12 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
     model, tokenizer = load_policy(
         mcfg.model_path, mcfg.tokenizer_path, mcfg.config, alphabet, seed=config.trainer.seed
     )
+    if mcfg.lora is not None:  # the checkpoint holds the PEFT model's weights
+        model = add_lora(model, mcfg.lora)
     missing, unexpected = model.load_state_dict(
         load_file(str(checkpoint / "model.safetensors")), strict=False
     )
-    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+    if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
         raise ExportError(
             f"{checkpoint}: the weights do not fit the model of {run_dir / CONFIG_FILE} (missing {missing}, "
             f"unexpected {unexpected}); was config.yaml edited after training?"
@@ -173,20 +178,33 @@ def export_checkpoint(
     *,
     step: int | None = None,
     overwrite: bool = False,
+    merge: bool = False,
 ) -> Path:
     """Write the policy of ``run_dir``'s checkpoint (``step``, default the newest) to ``out_dir``.
 
     The folder holds ``config.json``, the weights, ``generation_config.json`` (greedy, the run's
     response budget, its EOS and pad ids) and the tokenizer files; returns ``out_dir``.
 
+    A LoRA run writes its adapter instead of the weights; with ``merge``, the merged model.
+
     Raises:
-        ExportError: ``out_dir`` exists (without ``overwrite``), or see :func:`find_checkpoint`.
+        ExportError: ``out_dir`` exists (without ``overwrite``), ``merge`` of a run without LoRA, or see
+            :func:`find_checkpoint`.
     """
     run, out = Path(run_dir), Path(out_dir)
     if out.exists() and not overwrite:  # before the (slow) model load
         raise ExportError(f"{out} exists; choose a new folder, or pass --overwrite to replace it")
     checkpoint = find_checkpoint(run, step)
     model, tokenizer, config = load_checkpoint_policy(run, checkpoint)
+    if merge:
+        from trinity_core.train.lora import is_lora, merged
+
+        if not is_lora(model):
+            raise ExportError(
+                f"--merge: {run} trained the full model (no model.lora), there is no adapter to merge; drop "
+                "--merge"
+            )
+        model = merged(model)
     budget = config.rollout.max_new_tokens or _response_budget(config)
     return save_policy(model, tokenizer, out, max_new_tokens=budget, overwrite=overwrite)
 

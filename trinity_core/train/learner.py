@@ -35,10 +35,12 @@ from trinity_core.buffer import BufferReader, MemoryReader
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.ops import LossScale, global_normalizers
 from trinity_core.train.critic import build_critic
+from trinity_core.train.balance import balance_batch, balances
+from trinity_core.train.model import needs_train_mode
 from trinity_core.train.offline import StoredExperiences
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.synchronizer import keep_fresh
-from trinity_core.train.update import micro_batches, response_logprobs, row_ranges
+from trinity_core.train.update import micro_batches, response_logprobs, row_ranges, row_tokens
 
 __all__ = ["Learner", "check_loss_inputs"]
 
@@ -106,6 +108,8 @@ class Learner:
         self.use_entropy = components.entropy is not None
         self.need_old_pass = tcfg.epochs * tcfg.minibatches > 1
         self.max_staleness = config.synchronizer.max_staleness
+        self.train_mode = needs_train_mode(config)
+        self.balance = balances(config, components.preset, accelerator.num_processes)
         self.version = 0
         self.critic = build_critic(config, accelerator, self.policy, components, profiler)
 
@@ -138,6 +142,10 @@ class Learner:
         metrics.update(staleness)
         if fresh is None:  # every row too old: no update this step, the version stays
             return metrics
+        if self.balance:  # about the same tokens on every rank (whole groups move)
+            levels = GROUP_LEVELS if in_trainer else ()
+            fresh, shares = balance_batch(fresh, acc, pad_token_id=self.pad_token_id, group_levels=levels)
+            metrics.update(shares)
         batch = fresh.to(acc.device)
         ids, P = batch.input_ids.long(), batch.max_prompt_length
         attn = None if int(batch.prompt_lengths.min()) == P else batch.attention_mask
@@ -252,6 +260,8 @@ class Learner:
         metrics: dict[str, Tensor] = {}
         loss_terms: list[dict[str, Tensor]] = []
         grad_norms: list[Tensor] = []
+        if self.train_mode:  # activation checkpointing and LoRA dropout act in training mode only
+            self.policy.train()
         for _epoch in range(tcfg.epochs):
             for rows in row_ranges(n, tcfg.minibatches):
                 loss_terms += self.backward_minibatch(ids, attn, P, columns, rows)
@@ -285,7 +295,10 @@ class Learner:
         terms (0-d tensors).
         """
         acc, mask = self.acc, columns["action_mask"]
-        micro = micro_batches(rows, self.config.trainer.micro_batch_size)
+        tcfg = self.config.trainer
+        budget = tcfg.max_tokens_per_micro_batch
+        tokens = None if budget is None else row_tokens(attn, mask, P)
+        micro = micro_batches(rows, tcfg.micro_batch_size, tokens=tokens, max_tokens=budget)
         scale = global_normalizers([mask[m] for m in micro])
         terms_list = []
         for i, m in enumerate(micro):

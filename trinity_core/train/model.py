@@ -15,7 +15,18 @@ from typing import Any
 
 import torch
 
-__all__ = ["TINY_QWEN2", "ModelLoadError", "build_char_tokenizer", "load_policy", "tiny_model"]
+from trinity_core.config import ResolvedConfig
+
+__all__ = [
+    "TINY_QWEN2",
+    "ModelLoadError",
+    "build_char_tokenizer",
+    "load_policy",
+    "needs_train_mode",
+    "prepare_policy",
+    "reference_policy",
+    "tiny_model",
+]
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 
@@ -117,6 +128,43 @@ def load_policy(
             "with config.json and weights, a cached hub id, or unset model_path for the tiny default"
         ) from None
     return model, tok
+
+
+def prepare_policy(model: Any, config: ResolvedConfig) -> Any:
+    """``model`` set up for memory as the config asks: gradient checkpointing, then LoRA adapters.
+
+    Gradient checkpointing is transformers' (``use_reentrant=False``, which needs no input gradients and
+    works under DDP, FSDP and with frozen base weights); the KV cache is off for the training forward
+    (generation asks for it explicitly). Returns ``model`` or its PEFT wrapper.
+    """
+    if config.trainer.gradient_checkpointing:
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        model.config.use_cache = False
+    if config.model.lora is not None:
+        from trinity_core.train.lora import add_lora
+
+        model = add_lora(model, config.model.lora)
+    return model
+
+
+def reference_policy(model: Any) -> Any:
+    """The reference policy made from the initial ``model``: a LoRA model with its adapters disabled (no
+    copy), otherwise a frozen copy."""
+    from trinity_core.train.build import frozen_copy
+    from trinity_core.train.lora import AdapterDisabled, is_lora
+
+    return AdapterDisabled(model) if is_lora(model) else frozen_copy(model)
+
+
+def needs_train_mode(config: ResolvedConfig) -> bool:
+    """Whether the update must run the policy in training mode: transformers checkpoints activations and
+    PEFT applies LoRA dropout only there (otherwise the policy keeps the mode it has)."""
+    lora = config.model.lora
+    return config.trainer.gradient_checkpointing or (lora is not None and lora.dropout > 0)
 
 
 def _load_tokenizer(auto: Any, path: str) -> Any:

@@ -25,6 +25,7 @@ from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, reso
 from trinity_core.config.layers import apply_overrides
 from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
+from trinity_core.train.accelerator import check_launch, make_accelerator
 from trinity_core.train.checkpoint import CONFIG_FILE
 
 __all__ = [
@@ -164,53 +165,6 @@ def prepare_run_dir(
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         _dump_yaml(run_dir / CONFIG_FILE, config.model_dump(mode="json"))
-
-
-def make_accelerator(config: ResolvedConfig, run_dir: Path) -> Any:
-    """An ``Accelerator`` for the config; checks that the launcher's processes all joined the run.
-
-    Raises:
-        LaunchError: ``WORLD_SIZE`` says N processes but Accelerate sees another number (e.g.
-            ``accelerate launch --cpu --num_processes 2``, or ``--multi_gpu`` without a usable backend).
-    """
-    import torch
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration
-
-    tcfg = config.trainer
-    cpu = tcfg.device == "cpu" or (tcfg.device == "auto" and not torch.cuda.is_available())
-    if tcfg.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError([ConfigProblem("trainer.device", "cuda requested but no CUDA device is available")])
-    if tcfg.threads is not None:
-        torch.set_num_threads(tcfg.threads)
-    trackers: Any = tcfg.trackers
-    if trackers == "auto":
-        trackers = ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
-    acc = Accelerator(
-        cpu=cpu,
-        mixed_precision=tcfg.precision,
-        log_with=trackers or None,
-        project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir / "logs")),
-    )
-    check_launch(acc.num_processes, os.environ)
-    return acc
-
-
-def check_launch(num_processes: int, environ: Mapping[str, str]) -> None:
-    """Raise :class:`~trinity_core.train.loop.LaunchError` unless ``num_processes == WORLD_SIZE``.
-
-    Catches launches where every process would train alone (duplicated work, diverging copies).
-    """
-    from trinity_core.train.loop import LaunchError
-
-    expected = int(environ.get("WORLD_SIZE", "1"))
-    if num_processes != expected:
-        raise LaunchError(
-            f"the launcher started {expected} processes (WORLD_SIZE={expected}) but Accelerate sees "
-            f"{num_processes}: each process would train alone and duplicate the work. On CPU launch with "
-            "`accelerate launch --multi_gpu --num_processes N` or `torchrun --nproc_per_node N` (not "
-            "`accelerate launch --cpu --num_processes N`)"
-        )
 
 
 def default_run_dir(config: ResolvedConfig) -> Path:

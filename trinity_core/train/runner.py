@@ -34,7 +34,7 @@ from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
 from trinity_core.train.explorer import Explored, Explorer
 from trinity_core.train.learner import Learner, check_loss_inputs
-from trinity_core.train.model import load_policy
+from trinity_core.train.model import load_policy, prepare_policy, reference_policy
 from trinity_core.train.offline import check_offline_trainer, check_vocabulary, load_stored_experiences
 from trinity_core.train.periodic import RunOutputs
 from trinity_core.train.profile import StepProfiler
@@ -130,6 +130,7 @@ class Runner:
             seed=tcfg.seed,
         )
         prompter = build_prompter(tokenizer, config.model.chat_template, self.task)
+        model = prepare_policy(model, config)  # gradient checkpointing, LoRA
         if self.data is not None:
             check_vocabulary(self.data, model)
         ref = self._reference(model)
@@ -194,7 +195,7 @@ class Runner:
         if not (needs_reference(self.config) or loss_reads_ref):
             return None
         if not mcfg.ref_model_path:
-            return frozen_copy(model)
+            return reference_policy(model)
         ref, _ = load_policy(mcfg.ref_model_path, None, {}, "", seed=self.config.trainer.seed)
         ref.eval()
         ref.requires_grad_(False)
