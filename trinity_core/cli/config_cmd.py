@@ -27,9 +27,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def cmd_validate(ns: argparse.Namespace) -> int:
     """Exit 0 printing the resolved config, or 1 printing every problem."""
     from trinity_core.config import ConfigError, resolve_config
+    from trinity_core.config.capabilities import check_capabilities
 
     try:
         resolved = resolve_config(ns.file)
+        check_capabilities(resolved)  # a run that cannot provide a critic, teacher, ... is invalid here too
     except ConfigError as exc:
         print(f"trinity: invalid config: {exc}", file=sys.stderr)
         return 1

@@ -33,19 +33,26 @@ from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import BufferReader, MemoryReader
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.ops import LossScale, global_normalizers
+from trinity_core.train.expert import ExpertData, extra_inputs, policy_loss_scale
 from trinity_core.train.offline import StoredExperiences
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.synchronizer import keep_fresh
+from trinity_core.train.teacher import load_teacher, score_with_teacher
 from trinity_core.train.update import micro_batches, response_logprobs, row_ranges
 
 __all__ = ["Learner", "check_loss_inputs"]
 
 
 def check_loss_inputs(
-    config: ResolvedConfig, components: Any, has_ref: bool, data: StoredExperiences | None
+    config: ResolvedConfig,
+    components: Any,
+    has_ref: bool,
+    data: StoredExperiences | None,
+    expert: ExpertData | None = None,
 ) -> None:
     """Fail before training when the policy loss asks for a column the learner cannot provide."""
     provided = {"old_logprob", "action_mask", *(["ref_logprob"] if has_ref else [])}
+    provided.update(("expert_mask", "step") if expert is not None else ())
     if data is None:
         provided.add("advantages")
     else:
@@ -92,6 +99,7 @@ class Learner:
         data: StoredExperiences | None,
         profiler: StepProfiler,
         event_loop: asyncio.AbstractEventLoop,
+        expert: ExpertData | None = None,
     ) -> None:
         """Hold the parts of the update; nothing is computed here."""
         tcfg = config.trainer
@@ -99,6 +107,8 @@ class Learner:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.policy = accelerator.unwrap_model(model)
         self.ref, self.reader, self.data = ref, reader, data
+        self.expert = expert  # MIX's expert rows; the teacher of distillation (model.teacher_path):
+        self.teacher = load_teacher(config, self.policy, accelerator.device)
         self.pad_token_id, self.profiler, self.event_loop = pad_token_id, profiler, event_loop
         self.rank = accelerator.process_index
         self.use_entropy = components.entropy is not None
@@ -136,6 +146,8 @@ class Learner:
         if fresh is None:  # every row too old: no update this step, the version stays
             return metrics
         batch = fresh.to(acc.device)
+        if self.expert is not None:
+            batch = self.expert.mix(batch, step)
         ids, P = batch.input_ids.long(), batch.max_prompt_length
         attn = None if int(batch.prompt_lengths.min()) == P else batch.attention_mask
         mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
@@ -147,6 +159,8 @@ class Learner:
         if self.ref is not None:
             with prof.section("reference"), torch.no_grad():
                 batch.extras["ref_logprobs"] = response_logprobs(self.ref, ids, attn, P, False)[0]
+        if self.teacher is not None:
+            score_with_teacher(self.teacher, self.policy, batch, ids, attn, P, prof)
         if in_trainer:
             if comps.kl_penalty is not None:
                 old = batch.extras.get("old_logprobs")
@@ -276,18 +290,26 @@ class Learner:
         acc, mask = self.acc, columns["action_mask"]
         micro = micro_batches(rows, self.config.trainer.micro_batch_size)
         scale = global_normalizers([mask[m] for m in micro])
+        pg_scale = policy_loss_scale(self.components.policy_loss, columns, micro, scale)
         terms_list = []
         for i, m in enumerate(micro):
             ctx = contextlib.nullcontext() if i == len(micro) - 1 else acc.no_sync(self.model)
             with self.profiler.section("forward_backward"), ctx:
                 sub_attn = None if attn is None else attn[m]
-                loss, terms = self._loss(ids[m], sub_attn, P, {k: v[m] for k, v in columns.items()}, scale)
+                sub = {k: v[m] for k, v in columns.items()}
+                loss, terms = self._loss(ids[m], sub_attn, P, sub, scale, pg_scale)
                 acc.backward(loss)
             terms_list.append(terms)
         return terms_list
 
     def _loss(
-        self, ids: Tensor, attn: Tensor | None, P: int, cols: dict[str, Tensor], scale: LossScale
+        self,
+        ids: Tensor,
+        attn: Tensor | None,
+        P: int,
+        cols: dict[str, Tensor],
+        scale: LossScale,
+        pg_scale: Any,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         comps, mode = self.components, self.config.algorithm.loss_agg_mode
         logprob, entropy = response_logprobs(self.model, ids, attn, P, self.use_entropy)
@@ -296,7 +318,7 @@ class Learner:
             cols["old_logprob"] = logprob.detach()
         loss_fn = comps.policy_loss
         kwargs = {key: cols[loss_fn.mapper.to_trinity(key)] for key in loss_fn.select_keys}
-        pg_loss, pg_metrics = loss_fn(logprob, **kwargs, loss_scale=scale, loss_agg_mode=mode)
+        pg_loss, pg_metrics = loss_fn(logprob, **kwargs, loss_scale=pg_scale, loss_agg_mode=mode)
         total = pg_loss
         terms = {f"actor/{k}": v for k, v in pg_metrics.items() if isinstance(v, Tensor)}
         terms["actor/pg_loss"] = pg_loss.detach()
@@ -312,7 +334,8 @@ class Learner:
             total = total + kl_loss
             terms.update({f"actor/{k}": v for k, v in kl_metrics.items() if k != "kl_coef"})
         if comps.entropy is not None and entropy is not None:
-            ent_loss, ent_metrics = comps.entropy(entropy, mask, loss_scale=scale, loss_agg_mode=mode)
+            more = extra_inputs(comps.entropy, cols, ("entropy", "action_mask"))
+            ent_loss, ent_metrics = comps.entropy(entropy, mask, loss_scale=scale, loss_agg_mode=mode, **more)
             total = total - ent_loss
             terms.update({f"actor/{k}": v for k, v in ent_metrics.items()})
         terms["actor/loss"] = total.detach()

@@ -23,6 +23,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, resolve_config
+from trinity_core.config.capabilities import check_capabilities
 from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
 from trinity_core.train.checkpoint import CONFIG_FILE
@@ -377,6 +378,7 @@ def train(
         data = apply_overrides(base, overrides)
         run_path = Path(run_dir) if run_dir is not None else None  # type: ignore[assignment]
     resolved = resolve_config(data)
+    check_capabilities(resolved)  # before anything is written: a missing teacher, expert data, ...
     if run_path is None:
         run_path = Path(resolved.trainer.run_dir) if resolved.trainer.run_dir else default_run_dir(resolved)
     acc = make_accelerator(resolved, run_path)
