@@ -112,6 +112,7 @@ def missing_capabilities(config: ResolvedConfig) -> list[ConfigProblem]:
     declarers = _declarers(config)
     preset = declarers[0][2]
     problems: list[ConfigProblem] = []
+    wanting: dict[str, list[str]] = {}  # part -> who needs it, in declaration order
     for key, who, cls in declarers:
         for name in sorted(needs_of(cls)):
             if name.startswith("mode:"):
@@ -120,9 +121,7 @@ def missing_capabilities(config: ResolvedConfig) -> list[ConfigProblem]:
                     problems.append(
                         ConfigProblem("mode", f"{who} runs only in mode {wanted!r}, not {config.mode!r}")
                     )
-                continue
-            part = PARTS.get(name)
-            if part is None:
+            elif name not in PARTS:
                 problems.append(
                     ConfigProblem(
                         key,
@@ -132,11 +131,18 @@ def missing_capabilities(config: ResolvedConfig) -> list[ConfigProblem]:
                         f"{sorted(COLUMN_SOURCES)}",
                     )
                 )
-            elif not part.provided(config, preset):
-                problems.append(
-                    ConfigProblem(part.key, f"{who} needs {part.what}, which this run lacks", hint=part.hint)
+            else:
+                wanting.setdefault(name, []).append(who)
+    for name, whos in wanting.items():
+        part = PARTS[name]
+        if not part.provided(config, preset):
+            verb = "needs" if len(whos) == 1 else "need"
+            problems.append(
+                ConfigProblem(
+                    part.key, f"{' and '.join(whos)} {verb} {part.what}, which this run lacks", hint=part.hint
                 )
-    return list(dict.fromkeys(problems))
+            )
+    return problems
 
 
 def check_capabilities(config: ResolvedConfig) -> None:
