@@ -22,8 +22,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, resolve_config
-from trinity_core.config.capabilities import check_capabilities
+from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, check_capabilities, resolve_config
 from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
 from trinity_core.train.checkpoint import CONFIG_FILE
