@@ -10,7 +10,7 @@ import torch
 
 __all__ = ["SECTIONS", "StepProfiler", "format_profile"]
 
-SECTIONS = ("generation", "old_logprob", "reference", "forward_backward", "optimizer")
+SECTIONS = ("generation", "old_logprob", "reference", "teacher", "forward_backward", "optimizer")
 """Named parts of a step; the rest of the step (rewards, EIDs, hooks, advantages, buffer, batch,
 metrics, logging, checkpoints) is reported as ``other``."""
 
