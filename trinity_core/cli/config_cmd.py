@@ -55,12 +55,14 @@ def format_explain(resolved: Any) -> list[str]:
 def cmd_validate(ns: argparse.Namespace) -> int:
     """Exit 0 printing the resolved config, or 1 printing every problem."""
     from trinity_core.config import ConfigError, resolve_config
+    from trinity_core.config.capabilities import check_capabilities
 
     embedded = None
     if ns.file is None:
         embedded = importlib.import_module("trinity_core.train.run").DEFAULT_CONFIG
     try:
         resolved = resolve_config(ns.file, overrides=ns.overrides, embedded=embedded)
+        check_capabilities(resolved)  # a run that cannot provide a critic, teacher, ... is invalid here too
     except ConfigError as exc:
         print(f"trinity: invalid config: {exc}", file=sys.stderr)
         return 1

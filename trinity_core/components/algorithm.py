@@ -148,6 +148,9 @@ class AlgorithmType(ABC, metaclass=ConstantMeta):
     kind: ClassVar[str] = "algorithm"
     paper: ClassVar[str | None] = None
     """Citation or URL of the method, shown in listings."""
+    requires: ClassVar[frozenset[str]] = frozenset()
+    """What a run of the preset must provide besides its flags (``use_critic`` already asks for a
+    critic): names as in :attr:`trinity_core.components.Component.requires`."""
 
     use_critic: bool
     use_reference: bool

@@ -91,6 +91,10 @@ class Component:
     """The pydantic model of the constructor arguments (empty by default)."""
     paper: ClassVar[str | None] = None
     """Citation or URL of the method, shown in listings."""
+    requires: ClassVar[frozenset[str]] = frozenset()
+    """What a run must provide for this component: parts among ``critic``, ``reference``, ``teacher``,
+    ``expert_data``, or batch columns (``values``, ``teacher_logprobs``, ...). ``trinity config
+    validate`` and ``trinity train`` refuse a run that lacks one (:mod:`trinity_core.config.capabilities`)."""
 
     args: ComponentArgs
     """The validated arguments of this instance."""

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import trinity_core.config.models as models
+from trinity_core.config.capabilities import check_capabilities
 from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.loading import load_config, read_yaml
 from trinity_core.config.models import *  # noqa: F403  (every name of models.__all__, re-exported below)
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_REPEAT_TIMES",
     "ConfigError",
     "ConfigProblem",
+    "check_capabilities",
     "load_config",
     "read_yaml",
     "resolve_config",

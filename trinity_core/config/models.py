@@ -155,6 +155,14 @@ class ModelConfig(Section):
             "tokenizer's own when it has one; a path: a Jinja template file; true: required; false: off."
         ),
     )
+    teacher_path: str | None = Field(
+        default=None,
+        description=(
+            "Teacher for distillation (on_policy_distill, jsd): a local Hugging Face model folder with the "
+            "policy's vocabulary, e.g. the model/ folder of an SFT run; its log-probs of the sampled tokens "
+            "become the batch column teacher_logprobs."
+        ),
+    )
 
 
 class CriticConfig(Section):
@@ -302,7 +310,7 @@ class TrainerConfig(Section):
 
 
 class DataConfig(Section):
-    """Stored experiences a run in mode ``train`` learns from (ignored in mode ``both``).
+    """Stored experiences a run in mode ``train`` learns from, and expert data mode ``both`` mixes in.
 
     One step takes ``batch_size`` items (a DPO pair is one item) from a shuffled pass over the data; an
     epoch is ``len(data) // batch_size`` steps (the incomplete last batch of a pass is left out, and the
@@ -338,6 +346,13 @@ class DataConfig(Section):
     )
     shuffle: bool = Field(
         default=True, description="Shuffle the items at every pass (seeded by trainer.seed and the pass)."
+    )
+    expert_path: str | None = Field(
+        default=None,
+        description=(
+            "Expert data mixed into every batch of mode both (mix, mix_chord): a json/jsonl/parquet file of "
+            "prompt/response pairs, or a directory of stored experiences (as data.experiences)."
+        ),
     )
 
 

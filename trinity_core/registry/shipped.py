@@ -19,6 +19,7 @@ SHIPPED: dict[str, dict[str, str]] = {
         "duplicate_informative": "trinity-plugin-polaris",
         "grpo": "trinity-plugin-grpo",
         "opmd": "trinity-plugin-opmd",
+        "raft": "trinity-plugin-sft",
         "reward_variance": "trinity-plugin-polaris",
         "step_wise_grpo": "trinity-plugin-multistep",
     },

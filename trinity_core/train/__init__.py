@@ -4,8 +4,10 @@ Modules: :mod:`~trinity_core.train.model` (policy and tokenizer), :mod:`~trinity
 (task sets), :mod:`~trinity_core.train.rewards` (reward functions), :mod:`~trinity_core.train.rollout`
 (sampling), :mod:`~trinity_core.train.explorer` and :mod:`~trinity_core.train.learner` (the two
 parts of a step), :mod:`~trinity_core.train.synchronizer`, :mod:`~trinity_core.train.runner` (the
-modes), :mod:`~trinity_core.train.loop` (``Trainer``), :mod:`~trinity_core.train.checkpoint`,
-:mod:`~trinity_core.train.profile`, :mod:`~trinity_core.train.plot`, :mod:`~trinity_core.train.run`.
+modes), :mod:`~trinity_core.train.teacher` and :mod:`~trinity_core.train.expert` (distillation's
+teacher, MIX's expert rows), :mod:`~trinity_core.train.loop` (``Trainer``),
+:mod:`~trinity_core.train.checkpoint`, :mod:`~trinity_core.train.profile`, :mod:`~trinity_core.train.plot`,
+:mod:`~trinity_core.train.run`.
 
 Training needs ``pip install 'trinity-core[train]'``; without it :func:`train` raises
 :class:`~trinity_core.extras.MissingExtraError` naming that line. The tasks and reward functions import

@@ -34,22 +34,29 @@ from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import BufferReader, MemoryReader
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.ops import LossScale, global_normalizers
-from trinity_core.train.critic import build_critic
 from trinity_core.train.balance import balance_batch, balances
+from trinity_core.train.critic import build_critic
+from trinity_core.train.expert import ExpertData, extra_inputs, policy_loss_scale
 from trinity_core.train.model import needs_train_mode
 from trinity_core.train.offline import StoredExperiences
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.synchronizer import keep_fresh
+from trinity_core.train.teacher import load_teacher, score_with_teacher
 from trinity_core.train.update import micro_batches, response_logprobs, row_ranges, row_tokens
 
 __all__ = ["Learner", "check_loss_inputs"]
 
 
 def check_loss_inputs(
-    config: ResolvedConfig, components: Any, has_ref: bool, data: StoredExperiences | None
+    config: ResolvedConfig,
+    components: Any,
+    has_ref: bool,
+    data: StoredExperiences | None,
+    expert: ExpertData | None = None,
 ) -> None:
     """Fail before training when the policy loss asks for a column the learner cannot provide."""
     provided = {"old_logprob", "action_mask", *(["ref_logprob"] if has_ref else [])}
+    provided.update(("expert_mask", "step") if expert is not None else ())
     if data is None:
         provided.add("advantages")
     else:
@@ -96,6 +103,7 @@ class Learner:
         data: StoredExperiences | None,
         profiler: StepProfiler,
         event_loop: asyncio.AbstractEventLoop,
+        expert: ExpertData | None = None,
     ) -> None:
         """Hold the parts of the update and build the critic when the preset has ``use_critic``."""
         tcfg = config.trainer
@@ -103,6 +111,8 @@ class Learner:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.policy = accelerator.unwrap_model(model)
         self.ref, self.reader, self.data = ref, reader, data
+        self.expert = expert  # MIX's expert rows; the teacher of distillation (model.teacher_path):
+        self.teacher = load_teacher(config, self.policy, accelerator.device)
         self.pad_token_id, self.profiler, self.event_loop = pad_token_id, profiler, event_loop
         self.rank = accelerator.process_index
         self.use_entropy = components.entropy is not None
@@ -147,6 +157,8 @@ class Learner:
             fresh, shares = balance_batch(fresh, acc, pad_token_id=self.pad_token_id, group_levels=levels)
             metrics.update(shares)
         batch = fresh.to(acc.device)
+        if self.expert is not None:
+            batch = self.expert.mix(batch, step)
         ids, P = batch.input_ids.long(), batch.max_prompt_length
         attn = None if int(batch.prompt_lengths.min()) == P else batch.attention_mask
         mask = batch.action_mask if batch.action_mask is not None else batch.response_mask
@@ -160,6 +172,8 @@ class Learner:
                 batch.extras["ref_logprobs"] = response_logprobs(self.ref, ids, attn, P, False)[0]
         if self.critic is not None:
             batch.extras["values"] = self.critic.values(ids, attn, P)
+        if self.teacher is not None:
+            score_with_teacher(self.teacher, self.policy, batch, ids, attn, P, prof)
         if in_trainer:
             if comps.kl_penalty is not None:
                 old = batch.extras.get("old_logprobs")
@@ -300,18 +314,26 @@ class Learner:
         tokens = None if budget is None else row_tokens(attn, mask, P)
         micro = micro_batches(rows, tcfg.micro_batch_size, tokens=tokens, max_tokens=budget)
         scale = global_normalizers([mask[m] for m in micro])
+        pg_scale = policy_loss_scale(self.components.policy_loss, columns, micro, scale)
         terms_list = []
         for i, m in enumerate(micro):
             ctx = contextlib.nullcontext() if i == len(micro) - 1 else acc.no_sync(self.model)
             with self.profiler.section("forward_backward"), ctx:
                 sub_attn = None if attn is None else attn[m]
-                loss, terms = self._loss(ids[m], sub_attn, P, {k: v[m] for k, v in columns.items()}, scale)
+                sub = {k: v[m] for k, v in columns.items()}
+                loss, terms = self._loss(ids[m], sub_attn, P, sub, scale, pg_scale)
                 acc.backward(loss)
             terms_list.append(terms)
         return terms_list
 
     def _loss(
-        self, ids: Tensor, attn: Tensor | None, P: int, cols: dict[str, Tensor], scale: LossScale
+        self,
+        ids: Tensor,
+        attn: Tensor | None,
+        P: int,
+        cols: dict[str, Tensor],
+        scale: LossScale,
+        pg_scale: Any,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         comps, mode = self.components, self.config.algorithm.loss_agg_mode
         logprob, entropy = response_logprobs(self.model, ids, attn, P, self.use_entropy)
@@ -320,7 +342,7 @@ class Learner:
             cols["old_logprob"] = logprob.detach()
         loss_fn = comps.policy_loss
         kwargs = {key: cols[loss_fn.mapper.to_trinity(key)] for key in loss_fn.select_keys}
-        pg_loss, pg_metrics = loss_fn(logprob, **kwargs, loss_scale=scale, loss_agg_mode=mode)
+        pg_loss, pg_metrics = loss_fn(logprob, **kwargs, loss_scale=pg_scale, loss_agg_mode=mode)
         total = pg_loss
         terms = {f"actor/{k}": v for k, v in pg_metrics.items() if isinstance(v, Tensor)}
         terms["actor/pg_loss"] = pg_loss.detach()
@@ -336,7 +358,8 @@ class Learner:
             total = total + kl_loss
             terms.update({f"actor/{k}": v for k, v in kl_metrics.items() if k != "kl_coef"})
         if comps.entropy is not None and entropy is not None:
-            ent_loss, ent_metrics = comps.entropy(entropy, mask, loss_scale=scale, loss_agg_mode=mode)
+            more = extra_inputs(comps.entropy, cols, ("entropy", "action_mask"))
+            ent_loss, ent_metrics = comps.entropy(entropy, mask, loss_scale=scale, loss_agg_mode=mode, **more)
             total = total - ent_loss
             terms.update({f"actor/{k}": v for k, v in ent_metrics.items()})
         terms["actor/loss"] = total.detach()

@@ -14,14 +14,16 @@ SECTIONS = (
     "generation",
     "old_logprob",
     "reference",
+    "teacher",
     "critic_values",
     "forward_backward",
     "optimizer",
     "critic_update",
 )
-"""Named parts of a step (``critic_values``: the critic's no-grad forward; ``critic_update``: its
-forward, backward and optimizer step; both 0 without a critic); the rest of the step (rewards, EIDs,
-hooks, advantages, buffer, batch, metrics, logging, checkpoints) is reported as ``other``."""
+"""Named parts of a step (``teacher``: the teacher's no-grad forward; ``critic_values``: the critic's
+no-grad forward; ``critic_update``: its forward, backward and optimizer step; each 0 when the run has no
+such model); the rest of the step (rewards, EIDs, hooks, advantages, buffer, batch, metrics, logging,
+checkpoints) is reported as ``other``."""
 
 
 class StepProfiler:

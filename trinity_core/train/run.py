@@ -21,7 +21,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, resolve_config
+from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, check_capabilities, resolve_config
 from trinity_core.config.layers import apply_overrides
 from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
@@ -299,6 +299,7 @@ def train(
         resolved = resolve_config(source, overrides=overrides, embedded=DEFAULT_CONFIG)
     else:
         resolved = resolve_config(data)
+    check_capabilities(resolved)  # before anything is written: a missing teacher, expert data, ...
     if run_path is None:
         run_path = Path(resolved.trainer.run_dir) if resolved.trainer.run_dir else default_run_dir(resolved)
     acc = make_accelerator(resolved, run_path)

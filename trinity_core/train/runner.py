@@ -8,8 +8,7 @@
   default ``<run_dir>/experiences``) that a later ``mode: train`` run reads.
 * ``train``: learner steps only, on stored experiences (``data.experiences``).
 
-Every step's metrics go to ``metrics.jsonl``, the trackers and ``trinity_on_metrics``; checkpoints (modes
-``both`` and ``train``) hold the learner's state and the RNGs.
+Each step's metrics go to metrics.jsonl, trackers, ``trinity_on_metrics``; checkpoints hold learner and RNGs.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.hooks import get_plugin_manager, notify_metrics
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
+from trinity_core.train.expert import load_expert_data
 from trinity_core.train.explorer import Explored, Explorer
 from trinity_core.train.learner import Learner, check_loss_inputs
 from trinity_core.train.model import load_policy, prepare_policy, reference_policy
@@ -138,7 +138,8 @@ class Runner:
         scheduler = lr_scheduler(optimizer, tcfg.lr_scheduler, tcfg.warmup_steps, self.total_steps)
         model, optimizer = accelerator.prepare(model, optimizer)
         ref = ref.to(accelerator.device) if ref is not None else None
-        check_loss_inputs(config, self.components, ref is not None, self.data)
+        expert = load_expert_data(config, tokenizer, self.rank)  # data.expert_path (mix, mix_chord)
+        check_loss_inputs(config, self.components, ref is not None, self.data, expert)
         self.profiler = StepProfiler(profile, accelerator.device)
         self.synchronizer = Synchronizer(config.synchronizer)
         self.history: list[dict[str, float]] = []
@@ -160,6 +161,7 @@ class Runner:
             data=self.data,
             profiler=self.profiler,
             event_loop=self.event_loop,
+            expert=expert,
         )
         policy = self.learner.policy
         self.explorer = Explorer(

@@ -14,11 +14,11 @@ class OnPolicyDistillAlgorithm(AlgorithmPreset):
     """On-policy distillation: advantages teacher - student log-probs in the trainer, PPO-clip loss.
 
     Flags: no critic, no reference model (the teacher is not the reference: its log-probs come with the
-    experiences, ``Experience.teacher_logprobs``), advantages computed in the trainer, batch balancing
-    allowed, ``experience`` schema. Defaults, as in trinity-rft 0.6.0: 8 responses per prompt, advantage
-    ``on_policy_distill`` (``kl_coef`` 1.0), loss ``ppo`` (``importance_sampling`` when no clipping is
-    wanted; both from trinity-plugin-ppo), no KL penalty, no KL loss, no entropy term (``none`` from
-    trinity-plugin-kl and trinity-plugin-entropy).
+    experiences, ``Experience.teacher_logprobs``, or from ``model.teacher_path`` in ``trinity train``),
+    advantages computed in the trainer, batch balancing allowed, ``experience`` schema. Defaults, as in
+    trinity-rft 0.6.0: 8 responses per prompt, advantage ``on_policy_distill`` (``kl_coef`` 1.0), loss
+    ``ppo`` (``importance_sampling`` when no clipping is wanted; both from trinity-plugin-ppo), no KL
+    penalty, no KL loss, no entropy term (``none`` from trinity-plugin-kl and trinity-plugin-entropy).
     """
 
     paper = "https://thinkingmachines.ai/blog/on-policy-distillation/"
@@ -33,6 +33,9 @@ class OnPolicyDistillAlgorithm(AlgorithmPreset):
         "kl_loss_fn": "none",
         "entropy_loss_fn": "none",
     }
+    conformance_config: ClassVar[dict[str, Any]] = {"model": {"teacher_path": "teacher"}}
+    """What every run needs besides the algorithm: a teacher (``model.teacher_path``, see the README);
+    the conformance kit's ``preset_validates`` adds it to the minimal config."""
 
 
 class JSDAlgorithm(OnPolicyDistillAlgorithm):

@@ -90,6 +90,7 @@ class JSDAdvantage(TrainerAdvantage):
     Args: ClassVar[type[ComponentArgs]] = JSDArgs
     paper: ClassVar[str | None] = "https://arxiv.org/abs/2306.13649"
     required_fields: ClassVar[tuple[str, ...]] = ("teacher_logprobs", "logprobs", "action_mask")
+    requires: ClassVar[frozenset[str]] = frozenset({"teacher"})
 
     lambda_coef: float
     kl_coef: float

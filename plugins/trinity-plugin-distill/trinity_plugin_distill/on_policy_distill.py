@@ -47,6 +47,7 @@ class OnPolicyDistillAdvantage(TrainerAdvantage):
     Args: ClassVar[type[ComponentArgs]] = OnPolicyDistillArgs
     paper: ClassVar[str | None] = "https://thinkingmachines.ai/blog/on-policy-distillation/"
     required_fields: ClassVar[tuple[str, ...]] = ("teacher_logprobs", "logprobs", "action_mask")
+    requires: ClassVar[frozenset[str]] = frozenset({"teacher"})
 
     kl_coef: float
 

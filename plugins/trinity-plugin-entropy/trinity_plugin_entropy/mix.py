@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -23,6 +23,8 @@ class MixEntropyLossFn(EntropyLossFn):
     ``seq-mean-*``). With the trainer's ``loss_scale`` the step's global counts normalise, as for every
     loss. Metric ``entropy_loss``: the unscaled aggregate.
     """
+
+    requires: ClassVar[frozenset[str]] = frozenset({"expert_data"})
 
     def __call__(
         self,

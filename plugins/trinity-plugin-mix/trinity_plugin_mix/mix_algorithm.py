@@ -19,8 +19,8 @@ class MIXAlgorithm(AlgorithmPreset):
     8 responses per task, advantage ``grpo``, the ``mix`` loss, no KL penalty, a ``k2`` KL loss (named
     explicitly: trinity-core's base default is ``none``, trinity-rft's was ``k2``), the ``mix`` entropy
     loss (trinity-plugin-entropy). The trainer must feed batches with ``expert_mask`` (trinity-rft's
-    ``mix`` sample strategy, not an algorithm key here). trinity-rft's ``use_rollout`` flag is never
-    read there and is not defined.
+    ``mix`` sample strategy, not an algorithm key here); ``trinity train`` mixes rows of
+    ``data.expert_path`` in. trinity-rft's ``use_rollout`` flag is never read there and is not defined.
     """
 
     defaults: ClassVar[Mapping[str, Any]] = {
@@ -29,3 +29,6 @@ class MIXAlgorithm(AlgorithmPreset):
         "policy_loss_fn": "mix",
         "entropy_loss_fn": "mix",
     }
+    conformance_config: ClassVar[dict[str, Any]] = {"data": {"expert_path": "expert.jsonl"}}
+    """What every run needs besides the algorithm: expert data (``data.expert_path``, see the README);
+    the conformance kit's ``preset_validates`` adds it to the minimal config."""

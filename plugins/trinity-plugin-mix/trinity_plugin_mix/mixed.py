@@ -79,6 +79,7 @@ class MixedPolicyLoss(PolicyLossFn):
     """
 
     Args: ClassVar[type[ComponentArgs]] = MixedArgs
+    requires: ClassVar[frozenset[str]] = frozenset({"expert_data"})
 
     clip_range: float | None
     clip_range_low: float | None

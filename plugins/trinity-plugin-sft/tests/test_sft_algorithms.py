@@ -36,7 +36,10 @@ def test_flags_and_default_config_match_the_seed(cls: type, schema: str) -> None
     assert (cls.use_critic, cls.use_reference, cls.compute_advantage_in_trainer) == (False, False, False)
     assert cls.can_balance_batch is True
     assert cls.schema == schema
-    assert cls.default_config() == SFT_LIKE
+    # RAFT adds its reward ranking of rollouts (mode both) to the SFT components.
+    assert cls.default_config() == (
+        SFT_LIKE if cls is not RAFTAlgorithm else {"add_strategy": "raft", **SFT_LIKE}
+    )
     assert set(cls.default_config()) <= ALGORITHM_CONFIG_KEYS
     with pytest.raises(AttributeError):
         cls.use_critic = True

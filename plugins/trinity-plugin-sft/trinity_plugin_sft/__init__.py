@@ -4,6 +4,7 @@ Components (entry points):
 
 * policy losses ``sft`` (:class:`SFTLossFn`), ``sft_is`` (:class:`SFTISLossFn`), ``sft_phi``
   (:class:`SFTPhiLossFn`);
+* add strategy ``raft`` (:class:`RAFTAddStrategy`, the reward ranking of ``raft`` in mode ``both``);
 * algorithms ``sft`` (:class:`SFTAlgorithm`), ``cpt`` (:class:`CPTAlgorithm`), ``raft``
   (:class:`RAFTAlgorithm`); they name KL ``none`` (trinity-plugin-kl) and entropy ``none``
   (trinity-plugin-entropy).
@@ -11,6 +12,7 @@ Components (entry points):
 
 from trinity_plugin_sft.cpt_algorithm import CPTAlgorithm
 from trinity_plugin_sft.raft_algorithm import RAFTAlgorithm
+from trinity_plugin_sft.raft_filter import RAFTAddStrategy
 from trinity_plugin_sft.sft import SFTLossFn
 from trinity_plugin_sft.sft_algorithm import SFTAlgorithm
 from trinity_plugin_sft.sft_is import SFTISLossFn
@@ -19,6 +21,7 @@ from trinity_plugin_sft.token_loss import SFTTokenLoss, select_logprob
 
 __all__ = [
     "CPTAlgorithm",
+    "RAFTAddStrategy",
     "RAFTAlgorithm",
     "SFTAlgorithm",
     "SFTISLossFn",

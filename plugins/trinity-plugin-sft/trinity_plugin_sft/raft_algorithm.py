@@ -44,7 +44,9 @@ class RAFTAlgorithm(AlgorithmPreset):
     Conceptually SFT, but on rollout experiences: the pipeline keeps the good samples (filters, reward
     shaping) and the trainer applies the ``sft`` loss, which reads no advantages. Flags: no critic, **no
     reference model**, advantages (if any) in the experience pipeline, batch balancing allowed.
-    Defaults: the ``sft`` loss, no KL penalty, no KL loss, no entropy term, and no advantage function.
+    Defaults: the ``sft`` loss, no KL penalty, no KL loss, no entropy term, no advantage function, and in
+    mode ``both`` the ``raft`` add strategy (:class:`~trinity_plugin_sft.raft_filter.RAFTAddStrategy`:
+    only each task group's best responses, when rewarded, carry loss tokens).
 
     Difference from trinity-rft 0.6.0: there the preset inherits the base default advantage function
     ``ppo``, which runs in the trainer, so the experience pipeline rejects it in modes that explore.
@@ -58,6 +60,7 @@ class RAFTAlgorithm(AlgorithmPreset):
     paper = "https://arxiv.org/abs/2304.06767"
     use_reference = False
     defaults: ClassVar[Mapping[str, Any]] = {
+        "add_strategy": "raft",
         "policy_loss_fn": "sft",
         "kl_penalty_fn": "none",
         "kl_loss_fn": "none",
