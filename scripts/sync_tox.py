@@ -7,7 +7,7 @@ or ``hf`` extra when the plugin's code or tests import what those provide; ``[te
 all and runs each plugin's tests in its own pytest session (plugins may hold same-named test modules);
 ``[testenv:core-slim]`` installs the core without extras and :data:`SLIM_PLUGIN` with what it needs, and
 runs the conformance kit on it. It also rewrites the shipped-plugin catalog of
-trinity_core/registry/shipped.py. Run it after adding a plugin; tests/test_matrix.py fails until tox.ini
+trinity_core/registry/shipped.py and the plugin lines of requirements/all.txt. Run it after adding a plugin; tests/test_matrix.py fails until tox.ini
 matches.
 """
 
@@ -178,6 +178,15 @@ def main() -> None:
     text = re.sub(r"plugin-\{[^}]*\}, all", f"plugin-{{{factors}}}, all", text)
     path.write_text(text)
     write_shipped(tracked_only)
+    write_requirements_all(tracked_only)
+
+
+def write_requirements_all(tracked_only: bool = False) -> None:
+    """Rewrite the plugin lines of requirements/all.txt: every shipped plugin, editable."""
+    path = ROOT / "requirements" / "all.txt"
+    kept = [line for line in path.read_text().splitlines() if not line.startswith("-e plugins/")]
+    kept += [f"-e plugins/{p.name}" for p in plugins(tracked_only)]
+    path.write_text("\n".join(kept) + "\n")
 
 
 def write_shipped(tracked_only: bool = False) -> None:
