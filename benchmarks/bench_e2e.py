@@ -41,7 +41,7 @@ SIZES: dict[str, dict[str, Any]] = {
     "40M": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 6, "num_attention_heads": 12},
 }
 """Model configs over the default (hidden 128, 2 layers); key-value heads follow the attention heads."""
-PROMPTS, G, LR = 16, 16, 3e-4
+LR = 3e-4
 REAL_VOCAB, REAL_ANSWER_TOKENS = 8192, 64
 
 
@@ -126,8 +126,8 @@ def run_trinity(a: argparse.Namespace) -> dict[str, Any]:
     from trinity_core.train import train
 
     config: dict[str, Any] = {
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": G, "kl_loss_fn": "none"},
-        "rollout": {"prompts_per_step": PROMPTS, "temperature": 1.0},
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": a.group, "kl_loss_fn": "none"},
+        "rollout": {"prompts_per_step": a.prompts, "temperature": 1.0},
         "trainer": {
             "total_steps": a.steps,
             "lr": LR,
@@ -170,7 +170,7 @@ def _trl_rows(a: argparse.Namespace, tokenizer: Any) -> list[dict[str, Any]]:
     from trinity_core import registry
 
     task = registry.create("task", "last_digit", {})
-    rows = task.sample(PROMPTS * a.steps, torch.Generator().manual_seed(a.seed))
+    rows = task.sample(a.prompts * a.steps, torch.Generator().manual_seed(a.seed))
     # trinity puts <bos> in front of every prompt; TRL tokenizes the text without special tokens.
     return [{"prompt": tokenizer.bos_token + r["prompt"], "answer": r["answer"]} for r in rows]
 
@@ -222,8 +222,8 @@ def run_trl(a: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
             output_dir=tmp,
-            per_device_train_batch_size=PROMPTS * G,
-            num_generations=G,
+            per_device_train_batch_size=a.prompts * a.group,
+            num_generations=a.group,
             gradient_accumulation_steps=1,
             steps_per_generation=1,
             num_iterations=1,
@@ -298,7 +298,7 @@ def spawn(
     """One side in a fresh process (TRL's with ``--trl-python``)."""
     python = a.trl_python if side == "trl" else sys.executable
     cmd = [python, __file__, "--child", side, "--size", size, "--seed", str(seed), "--steps", str(steps)]
-    cmd += ["--stack", a.stack, *extra]
+    cmd += ["--stack", a.stack, "--prompts", str(a.prompts), "--group", str(a.group), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -320,6 +320,9 @@ def time_to_reward(run: dict[str, Any], target: float, window: int = 5) -> float
 def per_step(a: argparse.Namespace, sizes: list[str], folder: Path) -> None:
     """Median ms per step (first steps dropped), phase split and peak RSS, sides interleaved."""
     print(f"load at start: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
+    print(
+        f"{a.prompts} prompts x {a.group} responses per step, {a.steps} steps per run, {a.reps} runs per side"
+    )
     print("| stack | size | side | ms/step (median) | generation | fwd+bwd | optimizer | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|")
     for size in sizes:
@@ -368,6 +371,8 @@ def main() -> None:
     p.add_argument("--size", default="0.33M")
     p.add_argument("--sizes", default="0.33M,10M,40M")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompts", type=int, default=16, help="prompts per step (both sides)")
+    p.add_argument("--group", type=int, default=16, help="responses per prompt (both sides)")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the median")
     p.add_argument("--reps", type=int, default=2)

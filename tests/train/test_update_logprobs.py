@@ -74,3 +74,16 @@ def test_adam_is_fused_on_cpu_and_sgd_is_plain(name: str) -> None:
     assert opt.defaults["betas"] == (0.9, 0.999)
     sgd = make_optimizer(model, TrainerConfig(optimizer="sgd", lr=1e-3))
     assert isinstance(sgd, torch.optim.SGD)
+
+
+def test_an_entropy_that_is_only_a_metric_has_no_graph() -> None:
+    model = tiny_model(30, seed=0)
+    ids = torch.randint(3, 30, (3, 7))
+    logp, with_grad = response_logprobs(model, ids, None, 3, with_entropy=True)
+    _, metric = response_logprobs(model, ids, None, 3, with_entropy=True, entropy_grad=False)
+    assert with_grad is not None
+    assert metric is not None
+    assert with_grad.requires_grad
+    assert not metric.requires_grad
+    assert logp.requires_grad
+    torch.testing.assert_close(metric, with_grad.detach(), rtol=0, atol=0)

@@ -18,7 +18,12 @@ __all__ = ["lr_scheduler", "make_optimizer", "micro_batches", "response_logprobs
 
 
 def response_logprobs(
-    model: Any, input_ids: Tensor, attention_mask: Tensor | None, prompt_width: int, with_entropy: bool
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor | None,
+    prompt_width: int,
+    with_entropy: bool,
+    entropy_grad: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs ``(B, R)`` of the response tokens ``input_ids[:, P:]`` (and per-token entropy).
 
@@ -29,7 +34,9 @@ def response_logprobs(
     Only the ``R`` positions that predict response tokens go through the LM head (``logits_to_keep``), and
     ``log p(y) = z_y - logsumexp(z)`` reads the logits without a second ``(B, R, V)`` log-softmax tensor
     (autograd keeps no copy of the vocabulary for the gather either); the entropy
-    ``logsumexp(z) - sum softmax(z) z`` needs one soft-max only when asked for.
+    ``logsumexp(z) - sum softmax(z) z`` needs one soft-max only when asked for, and is computed without
+    autograd when ``entropy_grad`` is False (an entropy coefficient of 0: the entropy is only a metric, and
+    its zero gradient would cost a backward pass through a ``(B, R, V)`` soft-max).
     """
     width = input_ids.shape[1] - prompt_width + 1
     kwargs: dict[str, Any] = {"logits_to_keep": width} if _keeps_logits(model) else {}
@@ -41,7 +48,8 @@ def response_logprobs(
     logp = logits.gather(-1, input_ids[:, prompt_width:, None].long()).squeeze(-1) - lse
     entropy = None
     if with_entropy:
-        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
+            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logp, entropy
 
 
