@@ -173,14 +173,15 @@ def test_the_cli_summary_and_log_lines_say_what_rl_did(
 ) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(json.dumps(CONFIG))  # JSON is YAML
-    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 0
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "run"), "--debug"]) == 0
     captured = capsys.readouterr()
     summary = next(line for line in captured.out.splitlines() if line.startswith("last 10 steps: "))
     for figure in ("reward ", "len ", "entropy ", "kl ", "clip ", "gnorm ", "step/s"):
         assert figure in summary
     assert "samples.jsonl" in captured.out
-    assert f"both: steps 1-4, run directory {tmp_path / 'run'}\n" in captured.err  # the logger's lines
-    assert "] last 10 steps: reward " in captured.err
+    assert "] last 10 steps: reward " in captured.err  # the logger's INFO line, shown with --debug
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "quiet")]) == 0
+    assert capsys.readouterr().err == ""  # without --debug stderr holds only warnings and errors
 
 
 def test_the_plot_is_titled_and_has_reward_length_and_entropy_panels() -> None:

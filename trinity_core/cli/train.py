@@ -56,7 +56,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     if ns.no_progress:
         overrides.append("trainer.progress=false")
     try:
-        with _log_to_stderr():
+        with _log_to_stderr(logging.INFO if ns.debug else logging.WARNING):
             result = train(
                 ns.config,
                 overrides=overrides,
@@ -103,21 +103,22 @@ def _figures(summary: dict[str, float]) -> str:
 
 
 @contextlib.contextmanager
-def _log_to_stderr() -> Iterator[None]:
-    """Show the training logger's INFO lines on stderr as ``trinity train: ...``, above the progress bar."""
+def _log_to_stderr(level: int) -> Iterator[None]:
+    """Show the training logger's lines from ``level`` on stderr as ``trinity train: ...``, above the
+    progress bar (INFO with ``--debug``; otherwise stderr holds only warnings and errors, one line each)."""
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     log = logging.getLogger("trinity_core")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("trinity train: %(message)s"))
-    level, propagate = log.level, log.propagate
+    saved_level, propagate = log.level, log.propagate
     log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log.setLevel(level)
     log.propagate = False
     try:
         with logging_redirect_tqdm([log]):
             yield
     finally:
         log.removeHandler(handler)
-        log.setLevel(level)
+        log.setLevel(saved_level)
         log.propagate = propagate

@@ -209,8 +209,11 @@ class RunReport:
         self.rate = StepRate()
 
     def begin(self, start_step: int, total_steps: int) -> None:
-        """Log what the run is about to do; start the step clock."""
-        logger.info(f"{self.config.mode}: steps {start_step + 1}-{total_steps}, run directory {self.run_dir}")
+        """Log (at debug level: an error later must stay the only line on stderr) what the run is about to
+        do; start the step clock."""
+        logger.debug(
+            f"{self.config.mode}: steps {start_step + 1}-{total_steps}, run directory {self.run_dir}"
+        )
         self.rate.start()
 
     def samples(self, step: int, rollout: Any, rewards: Sequence[float | None]) -> None:
