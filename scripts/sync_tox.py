@@ -7,8 +7,8 @@ or ``hf`` extra when the plugin's code or tests import what those provide; ``[te
 all and runs each plugin's tests in its own pytest session (plugins may hold same-named test modules);
 ``[testenv:core-slim]`` installs the core without extras and :data:`SLIM_PLUGIN` with what it needs, and
 runs the conformance kit on it. It also rewrites the shipped-plugin catalog of
-trinity_core/registry/shipped.py and the plugin lines of requirements/all.txt. Run it after adding a plugin; tests/test_matrix.py fails until tox.ini
-matches.
+trinity_core/registry/shipped.py and the plugin lines of requirements/all.txt. Run it after adding a
+plugin; tests/test_matrix.py fails until tox.ini matches.
 """
 
 from __future__ import annotations

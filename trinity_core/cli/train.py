@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
 
 __all__ = ["cmd_train", "register"]
 
@@ -55,14 +58,15 @@ def cmd_train(ns: argparse.Namespace) -> int:
     if ns.no_progress:
         overrides.append("trainer.progress=false")
     try:
-        result = train(
-            ns.config,
-            overrides=overrides,
-            run_dir=ns.run_dir,
-            resume=ns.resume,
-            overwrite=ns.overwrite,
-            profile=ns.profile,
-        )
+        with _log_to_stderr(logging.INFO if ns.debug else logging.WARNING):
+            result = train(
+                ns.config,
+                overrides=overrides,
+                run_dir=ns.run_dir,
+                resume=ns.resume,
+                overwrite=ns.overwrite,
+                profile=ns.profile,
+            )
     except RunFinished as exc:
         print(f"trinity train: {exc}", file=sys.stderr)
         return 0
@@ -88,11 +92,43 @@ def cmd_train(ns: argparse.Namespace) -> int:
     if result.loss_curve and not result.reward_curve:  # training-only mode: no rewards, show the loss
         curve = "  ".join(f"{step}:{loss:.3f}" for step, loss in result.loss_curve)
         lines.append(f"loss by step: {curve}")
+    if result.summary:
+        lines.append(f"last 10 steps: {_figures(result.summary)}")
     if result.eval_accuracy is not None:
         lines.append(f"greedy accuracy on held-out prompts: {result.eval_accuracy:.3f}")
     if result.profile is not None:
         lines.append(format_profile(result.profile))
-    contents = "config.yaml, metrics.jsonl, checkpoints/, model/, plot.png"
+    contents = "config.yaml, metrics.jsonl, samples.jsonl, checkpoints/, model/, plot.png"
     lines.append(f"run directory: {result.run_dir} ({contents})")
     print("\n".join(lines))
     return 0
+
+
+def _figures(summary: dict[str, float]) -> str:
+    """The end summary's RL figures and steps/s as one line."""
+    from trinity_core.train.reporting import format_figures
+
+    figures = {k: v for k, v in summary.items() if k != "steps_per_s"}
+    return format_figures(figures, summary.get("steps_per_s", float("nan")))
+
+
+@contextlib.contextmanager
+def _log_to_stderr(level: int) -> Iterator[None]:
+    """Show the training logger's lines from ``level`` on stderr as ``trinity train: ...``, above the
+    progress bar (INFO with ``--debug``; otherwise stderr holds only warnings and errors, one line each)."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    log = logging.getLogger("trinity_core")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("trinity train: %(message)s"))
+    saved_level, propagate = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(level)
+    log.propagate = False
+    try:
+        with logging_redirect_tqdm([log]):
+            yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(saved_level)
+        log.propagate = propagate

@@ -307,6 +307,12 @@ class TrainerConfig(Section):
         description="Accelerate trackers (tensorboard, wandb, ...); auto: tensorboard if installed.",
     )
     progress: bool = Field(default=True, description="Show a progress bar on stderr.")
+    log_samples_every: int = Field(
+        default=100,
+        ge=0,
+        description="Every N steps a few prompt/completion/reward rows to samples.jsonl and the trackers "
+        "(0: never).",
+    )
 
 
 class DataConfig(Section):

@@ -116,6 +116,7 @@ class Learner:
         self.pad_token_id, self.profiler, self.event_loop = pad_token_id, profiler, event_loop
         self.rank = accelerator.process_index
         self.use_entropy = components.entropy is not None
+        self.entropy_grad = getattr(components.entropy, "entropy_coef", 1.0) != 0.0  # 0: a metric only
         self.need_old_pass = tcfg.epochs * tcfg.minibatches > 1
         self.max_staleness = config.synchronizer.max_staleness
         self.train_mode = needs_train_mode(config)
@@ -336,7 +337,7 @@ class Learner:
         pg_scale: Any,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         comps, mode = self.components, self.config.algorithm.loss_agg_mode
-        logprob, entropy = response_logprobs(self.model, ids, attn, P, self.use_entropy)
+        logprob, entropy = response_logprobs(self.model, ids, attn, P, self.use_entropy, self.entropy_grad)
         mask = cols["action_mask"]
         if "old_logprob" not in cols:  # one update per step: the sampling policy is the current one
             cols["old_logprob"] = logprob.detach()

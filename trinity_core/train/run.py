@@ -274,6 +274,7 @@ def train(
     """
     require_extra("train", "trinity train")
     from trinity_core.train.loop import Trainer
+    from trinity_core.train.reporting import init_trackers
 
     if resume is not None:
         path = Path(resume)
@@ -332,8 +333,7 @@ def train(
         if resume is not None and overrides and acc.is_main_process:
             _dump_yaml(run_path / CONFIG_FILE, data)  # a later --resume continues the extended run
         acc.wait_for_everyone()
-        if acc.log_with:
-            acc.init_trackers("trinity")
+        init_trackers(acc, resolved)
         return _run(trainer)
     finally:
         if trainer is not None:

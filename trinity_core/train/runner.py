@@ -30,6 +30,7 @@ from trinity_core.buffer import make_buffer
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.hooks import get_plugin_manager, notify_metrics
 from trinity_core.train import checkpoint as ckpt
+from trinity_core.train import reporting
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
 from trinity_core.train.expert import load_expert_data
 from trinity_core.train.explorer import Explored, Explorer
@@ -62,6 +63,8 @@ class TrainResult:
     final_reward: float = math.nan
     history: list[dict[str, float]] = field(default_factory=list)
     loss_curve: list[tuple[int, float]] = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)
+    """The RL figures over the last 10 steps (:func:`~trinity_core.train.reporting.run_summary`)."""
 
 
 class Runner:
@@ -229,6 +232,8 @@ class Runner:
         self._log: TextIO | None = (
             (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") if self.is_main else None
         )
+        self.report = reporting.RunReport(self.config, self.run_dir, self.explorer.tokenizer, self.acc)
+        self.report.begin(self.start_step, self.total_steps)
         t0 = time.perf_counter()
         try:
             if self.config.mode == "both":
@@ -256,6 +261,7 @@ class Runner:
             for step in range(start, total):
                 # 1. The explorer's step: its rollout (made ahead when sync_offset > 0) into the buffer.
                 explored = pending.popleft().result()
+                self.report.samples(step, explored.rollout, explored.rewards)
                 t_write = time.perf_counter()
                 metrics = explorer.write(explored)
                 explorer_busy = explored.seconds + time.perf_counter() - t_write
@@ -290,7 +296,9 @@ class Runner:
         disk, reader = make_buffer("disk", where).writer, self.learner.reader
         last = time.perf_counter()
         for step in range(self.start_step, self.total_steps):
-            metrics = self.explorer.step(step)
+            explored = self.explorer.rollout(step)
+            self.report.samples(step, explored.rollout, explored.rewards)
+            metrics = self.explorer.write(explored)
             exps = self.event_loop.run_until_complete(reader.read())
             self.event_loop.run_until_complete(disk.write(exps))
             self.learner.trim_buffer()
@@ -352,10 +360,7 @@ class Runner:
         if checkpoint and self._checkpoint_due(step):
             self.save_checkpoint(step + 1)
         notify_metrics(self.pm, step + 1, out)
-        reward = out.get("reward/mean")  # none in mode train on experiences without rewards
-        shown = "" if reward is None or math.isnan(reward) else f"reward {reward:.3f} | "
-        loss = out.get("actor/loss")
-        self._bar.set_postfix_str(shown + ("" if loss is None else f"loss {loss:+.4f}"), refresh=False)
+        self._bar.set_postfix_str(self.report.postfix(out), refresh=False)
         self._bar.update()
 
     def save_checkpoint(self, step: int) -> None:
@@ -379,6 +384,7 @@ class Runner:
             final_reward=self.history[-1].get("reward/mean", math.nan) if self.history else math.nan,
             history=self.history,
             loss_curve=self.reward_curve(key="actor/loss"),
+            summary=self.report.summary(self.history),
         )
         if self.is_main:
             summary = {
@@ -389,14 +395,13 @@ class Runner:
                 "loss_curve": result.loss_curve,
                 "eval_greedy_accuracy": eval_acc,
                 "profile": result.profile,
+                "last_steps": result.summary,
             }
             ckpt.write_json_atomic(self.run_dir / "summary.json", summary)
             # A model that from_pretrained loads, next to the checkpoints (trinity export does the same
             # for any checkpoint).
             self.outputs.export()
-            from trinity_core.train.plot import plot_run
-
-            plot_run(self.run_dir / "metrics.jsonl", self.run_dir / "plot.png")
+            self.report.plot()
         self.acc.end_training()
         return result
 
@@ -407,14 +412,4 @@ class Runner:
         """
         path = self.run_dir / "metrics.jsonl"
         rows = ckpt.read_metrics(path) if self.is_main and path.exists() else self.history
-        rows = [r for r in rows if key in r]
-        if not rows:
-            return []
-        window = max(len(rows) // (points * 2), 1)
-        picks = sorted({round(i * (len(rows) - 1) / (points - 1)) for i in range(points)})
-        curve = []
-        for p in picks:
-            lo = max(p - window + 1, 0)
-            values = [r[key] for r in rows[lo : p + 1]]
-            curve.append((int(rows[p]["step"]), sum(values) / len(values)))
-        return curve
+        return reporting.metric_curve(rows, key, points)

@@ -5,6 +5,7 @@ Plain functions the :class:`~trinity_core.train.learner.Learner` composes; nothi
 
 from __future__ import annotations
 
+import inspect
 from bisect import bisect_right
 from itertools import accumulate, pairwise
 from typing import Any
@@ -25,27 +26,51 @@ __all__ = [
 
 
 def response_logprobs(
-    model: Any, input_ids: Tensor, attention_mask: Tensor | None, prompt_width: int, with_entropy: bool
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor | None,
+    prompt_width: int,
+    with_entropy: bool,
+    entropy_grad: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs ``(B, R)`` of the response tokens ``input_ids[:, P:]`` (and per-token entropy).
 
     Position ids follow the attention mask, as in ``generate`` with left-padded prompts. Pass
     ``attention_mask=None`` when no prompt is padded: right padding after the responses cannot affect
     earlier positions under causal attention, and without a mask the model takes its faster plain causal path.
+
+    Only the ``R`` positions that predict response tokens go through the LM head (``logits_to_keep``), and
+    ``log p(y) = z_y - logsumexp(z)`` reads the logits without a second ``(B, R, V)`` log-softmax tensor
+    (autograd keeps no copy of the vocabulary for the gather either); the entropy
+    ``logsumexp(z) - sum softmax(z) z`` needs one soft-max only when asked for, and is computed without
+    autograd when ``entropy_grad`` is False (an entropy coefficient of 0: the entropy is only a metric, and
+    its zero gradient would cost a backward pass through a ``(B, R, V)`` soft-max).
     """
-    if attention_mask is None:
-        logits = model(input_ids=input_ids).logits
-    else:
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
-        mask = attention_mask.long()
-        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits
-    logits = logits[:, prompt_width - 1 : -1].float()
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, input_ids[:, prompt_width:, None].long()).squeeze(-1)
+    width = input_ids.shape[1] - prompt_width + 1
+    kwargs: dict[str, Any] = {"logits_to_keep": width} if _keeps_logits(model) else {}
+    if attention_mask is not None:
+        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+        kwargs["attention_mask"] = attention_mask.long()
+    logits = model(input_ids=input_ids, **kwargs).logits[:, -width:-1].float()
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, input_ids[:, prompt_width:, None].long()).squeeze(-1) - lse
     entropy = None
     if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
+            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logp, entropy
+
+
+_TAKES_LOGITS_TO_KEEP: dict[type, bool] = {}
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether ``model`` (or the module a DDP / compile wrapper holds) accepts ``logits_to_keep``."""
+    inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None) or model
+    cls = type(inner)
+    if cls not in _TAKES_LOGITS_TO_KEEP:
+        _TAKES_LOGITS_TO_KEEP[cls] = "logits_to_keep" in inspect.signature(cls.forward).parameters
+    return _TAKES_LOGITS_TO_KEEP[cls]
 
 
 def lr_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int) -> Any:
@@ -63,12 +88,17 @@ def lr_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int,
 
 
 def make_optimizer(model: Any, tcfg: TrainerConfig) -> torch.optim.Optimizer:
-    """``trainer.optimizer`` (adamw, adam, sgd) over the trainable parameters of ``model``."""
+    """``trainer.optimizer`` (adamw, adam, sgd) over the trainable parameters of ``model``.
+
+    Adam and AdamW use torch's fused kernel (one pass over all parameters instead of a loop of small
+    ops: about half the optimizer time on CPU) when every parameter is a float tensor on CPU or CUDA.
+    """
     groups = [p for p in model.parameters() if p.requires_grad]
     if tcfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
-    return cls(groups, lr=tcfg.lr, betas=tcfg.betas, weight_decay=tcfg.weight_decay)
+    fused = bool(groups) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in groups)
+    return cls(groups, lr=tcfg.lr, betas=tcfg.betas, weight_decay=tcfg.weight_decay, fused=fused or None)
 
 
 def row_ranges(n: int, parts: int) -> list[slice]:
