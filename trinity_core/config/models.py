@@ -43,11 +43,12 @@ COMPONENT_KEYS: dict[str, str] = {
 }
 """Config key of each algorithm component -> its registry kind; its args live under ``<key>_args``."""
 
-RunMode = Literal["both", "explore", "train"]
-"""What a run does: ``both`` samples rollouts and trains on them (reinforcement fine-tuning); ``explore``
+RunMode = Literal["both", "async", "explore", "train"]
+"""What a run does: ``both`` samples rollouts and trains on them (reinforcement fine-tuning); ``async``
+does the same with the explorer and the learner in two processes; ``explore``
 samples rollouts into a disk buffer and trains nothing (a later ``train`` run reads it); ``train``
 samples nothing and trains on stored experiences (``data.experiences``), as SFT, CPT and DPO do."""
-RUN_MODES: tuple[str, ...] = ("both", "explore", "train")
+RUN_MODES: tuple[str, ...] = ("both", "async", "explore", "train")
 """The values of :data:`RunMode`."""
 
 
@@ -272,6 +273,21 @@ class SynchronizerConfig(Section):
             "own (metric staleness/dropped); unset: keeps every experience."
         ),
     )
+    method: Literal["memory", "checkpoint"] = Field(
+        default="memory",
+        description=(
+            "Mode async: how weights reach the explorer process (memory: shared memory; checkpoint: a "
+            "safetensors file in <run_dir>/sync)."
+        ),
+    )
+    timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description=(
+            "Mode async: seconds the learner waits for experiences (buffer empty) or the explorer for room "
+            "in the buffer (buffer full) before the run stops with an error."
+        ),
+    )
 
 
 class RunConfig(Section):
@@ -280,7 +296,8 @@ class RunConfig(Section):
     mode: RunMode = Field(
         default="both",
         description=(
-            "both: rollouts and training (RL); explore: rollouts only, into a disk buffer "
+            "both: rollouts and training (RL); async: the same, explorer and learner in two processes; "
+            "explore: rollouts only, into a disk buffer "
             "(data.experiences); train: training only, on data.experiences."
         ),
     )
