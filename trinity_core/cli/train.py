@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_train(ns: argparse.Namespace) -> int:
     """Train; print the summary. Exit 1 with a one-line message on bad input or a failing environment."""
+    from trinity_core.train.async_mode import ExplorerFailed
     from trinity_core.train.checkpoint import CheckpointError
     from trinity_core.train.loop import LaunchError
     from trinity_core.train.model import ModelLoadError
@@ -64,7 +65,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     except RunFinished as exc:
         print(f"trinity train: {exc}", file=sys.stderr)
         return 0
-    except (RunDirError, ModelLoadError, LaunchError, CheckpointError, RewardError) as exc:
+    except (RunDirError, ModelLoadError, LaunchError, CheckpointError, RewardError, ExplorerFailed) as exc:
         if ns.debug:
             raise
         print(f"trinity train: error: {exc}", file=sys.stderr)

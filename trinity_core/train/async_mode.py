@@ -22,6 +22,7 @@ import pickle
 import queue
 import signal
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -79,7 +80,7 @@ def run_async(runner: Runner) -> None:
         last = time.perf_counter()
         for step in range(runner.start_step, runner.total_steps):
             # 1. The explorer's step from the link (waits while the buffer is empty) into the buffer.
-            shipment = _receive(spec, process, step)
+            shipment = _receive(spec, process, step, runner.run_dir)
             runner.event_loop.run_until_complete(runner.explorer.writer.write(shipment.experiences))
             metrics = {k: torch.tensor(v, dtype=torch.float64) for k, v in shipment.metrics.items()}
 
@@ -113,7 +114,7 @@ def stop_explorer(spec: ExplorerSpec, process: Any) -> None:
     spec.errors.cancel_join_thread()
 
 
-def _receive(spec: ExplorerSpec, process: Any, step: int) -> Shipment:
+def _receive(spec: ExplorerSpec, process: Any, step: int, run_dir: Path) -> Shipment:
     """The next shipment; raises :class:`ExplorerFailed` when the explorer dies or stays silent."""
     timeout, start = spec.config.synchronizer.timeout, time.perf_counter()
     while True:
@@ -122,12 +123,21 @@ def _receive(spec: ExplorerSpec, process: Any, step: int) -> Shipment:
             return shipment
         except queue.Empty:
             if not process.is_alive():
-                raise ExplorerFailed(_death(spec, process, step)) from None
+                raise ExplorerFailed(_death(spec, process, step) + _resume_hint(run_dir)) from None
             if time.perf_counter() - start > timeout:
                 raise ExplorerFailed(
                     f"the explorer process (pid {process.pid}) sent no experiences for {timeout:g}s "
                     f"(learner step {step + 1}); raise synchronizer.timeout if its steps are that slow"
+                    + _resume_hint(run_dir)
                 ) from None
+
+
+def _resume_hint(run_dir: Path) -> str:
+    latest = run_dir / "checkpoints" / "latest"
+    if latest.exists():
+        name = latest.read_text().strip()
+        return f"\ncheckpoint {name} is intact: continue with trinity train --resume {run_dir}"
+    return f"\nno checkpoint was written yet: start again with --overwrite --run-dir {run_dir}"
 
 
 def _death(spec: ExplorerSpec, process: Any, step: int) -> str:
@@ -142,7 +152,7 @@ def _death(spec: ExplorerSpec, process: Any, step: int) -> str:
             return f"{where}: killed by signal {signal.Signals(-code).name}"
         return f"{where} with exit code {code} and no error report"
     last = trace.strip().splitlines()[-1]
-    return f"{where}: {last}\n\nthe explorer's traceback:\n{trace}"
+    return f"{where}: {last}\nthe explorer's traceback:\n{trace.rstrip()}"
 
 
 def _registrations() -> list[tuple[str, str, Any, bool]]:
