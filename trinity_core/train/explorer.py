@@ -36,6 +36,7 @@ from trinity_core.components import GroupAdvantage, Metrics
 from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.hooks import run_experience_pipeline
+from trinity_core.train.behaviour import attach_behaviour_logprobs
 from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
 from trinity_core.train.experiences import rollout_batch, rollout_experiences
 from trinity_core.train.profile import StepProfiler
@@ -166,6 +167,7 @@ class Explorer:
                 group_levels=columnar,
                 model_version=version,
             )
+            attach_behaviour_logprobs(built, rollout, rewards)
             if comps.advantage_in_trainer:
                 written: ExperienceBatch | list[Experience] = built
             else:
@@ -180,6 +182,7 @@ class Explorer:
             exps = rollout_experiences(
                 rollout, rewards, step=step, group_size=G, task_offset=base, model_version=version
             )
+            attach_behaviour_logprobs(exps, rollout, rewards)
             exps = run_experience_pipeline(self.pm, exps, step)
             if comps.add_strategy is not None:
                 _, adv_metrics = self.event_loop.run_until_complete(comps.add_strategy.add(exps, step))

@@ -47,7 +47,7 @@ def check_loss_inputs(
     """Fail before training when the policy loss asks for a column the learner cannot provide."""
     provided = {"old_logprob", "action_mask", *(["ref_logprob"] if has_ref else [])}
     if data is None:
-        provided.add("advantages")
+        provided.update(("advantages", "rollout_logprob"))
     else:
         provided.update(data.pair_columns(2, torch.device("cpu")))
         if data.has_advantages:
@@ -119,7 +119,7 @@ class Learner:
         batch = self.event_loop.run_until_complete(
             self.reader.read_batch(
                 pad_token_id=self.pad_token_id,
-                fields=None if in_trainer else ("input_ids", "action_mask", "advantages"),
+                fields=None if in_trainer else ("input_ids", "action_mask", "advantages", "logprobs"),
                 group_levels=GROUP_LEVELS if in_trainer else (),
             )
         )
@@ -178,6 +178,8 @@ class Learner:
             "advantages": batch.advantages.to(torch.float32),
             **{k[:-1] if k.endswith("logprobs") else k: v for k, v in batch.extras.items()},
         }
+        if batch.logprobs is not None:  # the explorer's, for off-policy corrections (train/behaviour.py)
+            columns["rollout_logprob"] = batch.logprobs.to(torch.float32)
         n = len(batch)
         metrics.update(self.update(ids, attn, P, columns, n))
 

@@ -26,6 +26,8 @@ class Rollout:
         response_ids: ``(N, T)`` generated ids, pad after the first EOS.
         response_lengths: ``(N,)`` int64, tokens up to and including the first EOS (``T`` if none).
         truncated: ``(N,)`` bool, no EOS within ``T`` tokens.
+        logprobs: ``(N, T)`` float32, the sampling policy's log-probability of each response token
+            (log-softmax of its raw logits; 0 after the response), the behaviour log-probs.
     """
 
     prompt_ids: Tensor
@@ -33,6 +35,7 @@ class Rollout:
     response_ids: Tensor
     response_lengths: Tensor
     truncated: Tensor
+    logprobs: Tensor | None = None
 
     @property
     def response_mask(self) -> Tensor:
@@ -89,19 +92,25 @@ def generate(
         eos_token_id=eos,
         pad_token_id=pad,
         use_cache=True,
+        output_logits=True,
+        return_dict_in_generate=True,
         **sampling,
     )
     model.train(was_training)
-    response = out[:, ids.shape[1] :]
+    response = out.sequences[:, ids.shape[1] :]
+    logits = torch.stack(out.logits, dim=1).float()  # (N, steps, V), before temperature and top-k/p
+    logprobs = logits.log_softmax(-1).gather(-1, response[:, : logits.shape[1], None].long())[..., 0]
     if response.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
         extra = torch.full(
             (response.shape[0], max_new_tokens - response.shape[1]), pad, dtype=response.dtype, device=device
         )
         response = torch.cat([response, extra], dim=1)
+        logprobs = torch.nn.functional.pad(logprobs, (0, max_new_tokens - logprobs.shape[1]))
     is_eos = response == eos
     has_eos = is_eos.any(dim=1)
     first = torch.where(has_eos, is_eos.int().argmax(dim=1), response.shape[1] - 1)
     lengths = first + 1
     col = torch.arange(response.shape[1], device=device)
     response = torch.where(col < lengths[:, None], response, pad)
-    return Rollout(ids, mask, response, lengths.long(), ~has_eos)
+    logprobs = torch.where(col < lengths[:, None], logprobs, 0.0)
+    return Rollout(ids, mask, response, lengths.long(), ~has_eos, logprobs)
