@@ -73,6 +73,8 @@ class ExplorerSpec:
     """A queue for the explorer's traceback when it fails."""
     stop: Any
     """An event the learner sets when the explorer must end."""
+    ready: Any
+    """An event the explorer sets once built (the learner's wait bound starts then)."""
     weights: WeightChannel
     registrations: list[tuple[str, str, Any, bool]] = field(default_factory=list)
     """The learner process's in-process registry entries ``(kind, name, object, replace)``."""
@@ -126,6 +128,7 @@ def _explore(spec: ExplorerSpec) -> None:
         event_loop=loop,
     )
     explorer.version = spec.weights.load_newer(model, -1)
+    spec.ready.set()
     idle, began = 0.0, time.perf_counter()
     try:
         for step in range(spec.start_step, spec.total_steps):

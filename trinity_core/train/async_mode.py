@@ -40,6 +40,8 @@ __all__ = ["STOP_GRACE_S", "ExplorerFailed", "run_async"]
 
 STOP_GRACE_S = 5.0
 """Seconds the explorer process gets to end after the stop event before it is terminated."""
+STARTUP_S = 600.0
+"""Seconds the explorer process may take to start (imports, model) before ``synchronizer.timeout`` runs."""
 
 
 class ExplorerFailed(RuntimeError):
@@ -71,6 +73,7 @@ def run_async(runner: Runner) -> None:
         link=ctx.Queue(maxsize=max(config.synchronizer.sync_offset, 1)),
         errors=ctx.Queue(),
         stop=ctx.Event(),
+        ready=ctx.Event(),
         weights=channel,
         registrations=_registrations(),
     )
@@ -115,16 +118,29 @@ def stop_explorer(spec: ExplorerSpec, process: Any) -> None:
 
 
 def _receive(spec: ExplorerSpec, process: Any, step: int, run_dir: Path) -> Shipment:
-    """The next shipment; raises :class:`ExplorerFailed` when the explorer dies or stays silent."""
-    timeout, start = spec.config.synchronizer.timeout, time.perf_counter()
+    """The next shipment; raises :class:`ExplorerFailed` when the explorer dies or stays silent.
+
+    The wait is bounded by ``synchronizer.timeout``, counted from when the explorer process is ready
+    (its start is bounded by :data:`STARTUP_S`).
+    """
+    timeout, began = spec.config.synchronizer.timeout, time.perf_counter()
+    start = began
     while True:
         try:
             shipment: Shipment = pickle.loads(spec.link.get(timeout=POLL_S))
             return shipment
         except queue.Empty:
+            now = time.perf_counter()
             if not process.is_alive():
                 raise ExplorerFailed(_death(spec, process, step) + _resume_hint(run_dir)) from None
-            if time.perf_counter() - start > timeout:
+            if not spec.ready.is_set():
+                start = now
+                if now - began > STARTUP_S:
+                    raise ExplorerFailed(
+                        f"the explorer process (pid {process.pid}) did not start within {STARTUP_S:g}s"
+                        + _resume_hint(run_dir)
+                    ) from None
+            elif now - start > timeout:
                 raise ExplorerFailed(
                     f"the explorer process (pid {process.pid}) sent no experiences for {timeout:g}s "
                     f"(learner step {step + 1}); raise synchronizer.timeout if its steps are that slow"
