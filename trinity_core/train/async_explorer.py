@@ -29,8 +29,8 @@ import torch
 
 from trinity_core import registry
 from trinity_core.buffer import make_buffer
+from trinity_core.codec import serialize_many
 from trinity_core.config import ResolvedConfig
-from trinity_core.experience import Experience
 from trinity_core.hooks import get_plugin_manager
 from trinity_core.train.build import build_components, build_rewards, build_task
 from trinity_core.train.explorer import Explorer
@@ -53,7 +53,9 @@ class Shipment:
     """One explorer step, as it crosses to the learner process."""
 
     step: int
-    experiences: list[Experience]
+    experiences: bytes
+    """The step's experiences in the columnar wire format (:func:`trinity_core.codec.serialize_many`):
+    one tensor per field for the whole step, where pickling them one by one takes seconds."""
     metrics: dict[str, float]
     idle_fraction: float
     """Share of the explorer's wall time so far spent waiting for room in the link."""
@@ -139,7 +141,7 @@ def _explore(spec: ExplorerSpec) -> None:
             reader.discard_read()  # type: ignore[attr-defined]
             shipment = Shipment(
                 step,
-                experiences,
+                serialize_many(experiences),
                 {k: float(v) for k, v in metrics.items()},
                 idle / max(time.perf_counter() - began, 1e-9),
             )

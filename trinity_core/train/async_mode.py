@@ -29,6 +29,7 @@ import torch
 import torch.multiprocessing as mp
 
 from trinity_core import registry
+from trinity_core.codec import deserialize_many
 from trinity_core.config import ConfigError, ConfigProblem
 from trinity_core.train.async_explorer import POLL_S, ExplorerSpec, Shipment, explorer_process
 from trinity_core.train.synchronizer import WeightChannel
@@ -61,6 +62,10 @@ def run_async(runner: Runner) -> None:
             ]
         )
     config, learner, sync = runner.config, runner.learner, runner.synchronizer
+    # Two processes on the same cores: unless trainer.threads says otherwise, each gets half of them
+    # (oversubscribed OpenMP threads spin at every barrier and slow both down many times over).
+    threads = config.trainer.threads or max(1, torch.get_num_threads() // 2)
+    torch.set_num_threads(threads)
     ctx = mp.get_context("spawn")
     channel = WeightChannel(
         config.synchronizer.method, learner.policy, learner.version, runner.run_dir / "sync", ctx
@@ -69,7 +74,7 @@ def run_async(runner: Runner) -> None:
         config=config,
         start_step=runner.start_step,
         total_steps=runner.total_steps,
-        threads=torch.get_num_threads(),
+        threads=threads,
         link=ctx.Queue(maxsize=max(config.synchronizer.sync_offset, 1)),
         errors=ctx.Queue(),
         stop=ctx.Event(),
@@ -84,7 +89,8 @@ def run_async(runner: Runner) -> None:
         for step in range(runner.start_step, runner.total_steps):
             # 1. The explorer's step from the link (waits while the buffer is empty) into the buffer.
             shipment = _receive(spec, process, step, runner.run_dir)
-            runner.event_loop.run_until_complete(runner.explorer.writer.write(shipment.experiences))
+            experiences = deserialize_many(shipment.experiences)
+            runner.event_loop.run_until_complete(runner.explorer.writer.write(experiences))
             metrics = {k: torch.tensor(v, dtype=torch.float64) for k, v in shipment.metrics.items()}
 
             # 2. The learner's step, metrics, checkpoint.
