@@ -141,10 +141,9 @@ def test_a_killed_learner_stops_the_explorer(tmp_path: Path) -> None:
     process, _, _ = _start(CONFIG, tmp_path, "after_step:2")
     explorer = _explorer_of(process.pid)
     process.send_signal(signal.SIGKILL)
-    _, err = process.communicate(timeout=WAIT_S)
-    gone, alive = psutil.wait_procs([explorer], timeout=30)
+    _, err = process.communicate(timeout=WAIT_S)  # EOF once the explorer, which shares stderr, ended too
+    _, alive = psutil.wait_procs([explorer], timeout=30)
     assert not alive, "the explorer outlived its learner"
-    assert gone[0].returncode == 1
     assert f"the explorer process stops: the learner process (pid {process.pid}) is gone" in err
 
 
