@@ -159,5 +159,5 @@ def test_ctrl_c_stops_both_and_the_last_checkpoint_resumes(tmp_path: Path) -> No
 
     assert main(["train", "--resume", str(run)]) == 0
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1.0, 2.0, 3.0, 3.0, 4.0, 5.0, 6.0]  # step 3 again: it was after the checkpoint
+    assert steps == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # step 3's first row, after the checkpoint, is replaced
     assert not multiprocessing.active_children()
