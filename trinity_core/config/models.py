@@ -245,13 +245,15 @@ class DataConfig(Section):
 
 
 class SynchronizerConfig(Section):
-    """How the explorer (rollouts) and the learner (updates) of mode ``both`` keep in step.
+    """How the explorer (rollouts) and the learner (updates) of modes ``both`` and ``async`` keep in step.
 
     The learner's policy version is the number of updates it has made. Explorer step ``e`` generates
     with the weights last synchronised: they reach the explorer after every ``sync_interval`` learner
     steps, and the explorer runs ``sync_offset`` steps ahead of the learner, so generation of step
     ``e + sync_offset`` overlaps the update of step ``e``. ``sync_interval: 1, sync_offset: 0`` is lock
-    step: each step's rollouts come from the current policy.
+    step: each step's rollouts come from the current policy. In mode ``async`` the explorer is a process
+    of its own that runs ahead freely (at most ``max(sync_offset, 1)`` steps waiting in the link) and
+    loads the weights published every ``sync_interval`` learner steps (``method``).
     """
 
     sync_interval: int = Field(
