@@ -45,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_train(ns: argparse.Namespace) -> int:
     """Train; print the summary. Exit 1 with a one-line message on bad input or a failing environment."""
+    from trinity_core.train.async_mode import ExplorerFailed
     from trinity_core.train.checkpoint import CheckpointError
     from trinity_core.train.loop import LaunchError
     from trinity_core.train.model import ModelLoadError
@@ -78,6 +79,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
         RewardError,
         PromptRenderError,
         WorkflowError,
+        ExplorerFailed,
     ) as exc:
         if ns.debug:
             raise

@@ -46,11 +46,12 @@ COMPONENT_KEYS: dict[str, str] = {
 }
 """Config key of each algorithm component -> its registry kind; its args live under ``<key>_args``."""
 
-RunMode = Literal["both", "explore", "train"]
-"""What a run does: ``both`` samples rollouts and trains on them (reinforcement fine-tuning); ``explore``
+RunMode = Literal["both", "async", "explore", "train"]
+"""What a run does: ``both`` samples rollouts and trains on them (reinforcement fine-tuning); ``async``
+does the same with the explorer and the learner in two processes; ``explore``
 samples rollouts into a disk buffer and trains nothing (a later ``train`` run reads it); ``train``
 samples nothing and trains on stored experiences (``data.experiences``), as SFT, CPT and DPO do."""
-RUN_MODES: tuple[str, ...] = ("both", "explore", "train")
+RUN_MODES: tuple[str, ...] = ("both", "async", "explore", "train")
 """The values of :data:`RunMode`."""
 
 
@@ -363,13 +364,15 @@ class DataConfig(Section):
 
 
 class SynchronizerConfig(Section):
-    """How the explorer (rollouts) and the learner (updates) of mode ``both`` keep in step.
+    """How the explorer (rollouts) and the learner (updates) of modes ``both`` and ``async`` keep in step.
 
     The learner's policy version is the number of updates it has made. Explorer step ``e`` generates
     with the weights last synchronised: they reach the explorer after every ``sync_interval`` learner
     steps, and the explorer runs ``sync_offset`` steps ahead of the learner, so generation of step
     ``e + sync_offset`` overlaps the update of step ``e``. ``sync_interval: 1, sync_offset: 0`` is lock
-    step: each step's rollouts come from the current policy.
+    step: each step's rollouts come from the current policy. In mode ``async`` the explorer is a process
+    of its own that runs ahead freely (at most ``max(sync_offset, 1)`` steps waiting in the link) and
+    loads the weights published every ``sync_interval`` learner steps (``method``).
     """
 
     sync_interval: int = Field(
@@ -391,6 +394,21 @@ class SynchronizerConfig(Section):
             "own (metric staleness/dropped); unset: keeps every experience."
         ),
     )
+    method: Literal["memory", "checkpoint"] = Field(
+        default="memory",
+        description=(
+            "Mode async: how weights reach the explorer process (memory: shared memory; checkpoint: a "
+            "safetensors file in <run_dir>/sync)."
+        ),
+    )
+    timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description=(
+            "Mode async: seconds the learner waits for experiences (buffer empty) or the explorer for room "
+            "in the buffer (buffer full) before the run stops with an error."
+        ),
+    )
 
 
 class RunConfig(Section):
@@ -399,7 +417,8 @@ class RunConfig(Section):
     mode: RunMode = Field(
         default="both",
         description=(
-            "both: rollouts and training (RL); explore: rollouts only, into a disk buffer "
+            "both: rollouts and training (RL); async: the same, explorer and learner in two processes; "
+            "explore: rollouts only, into a disk buffer "
             "(data.experiences); train: training only, on data.experiences."
         ),
     )

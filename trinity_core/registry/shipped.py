@@ -109,6 +109,7 @@ SHIPPED: dict[str, dict[str, str]] = {
         "opmd": "trinity-plugin-opmd",
         "ppo": "trinity-plugin-ppo",
         "rec": "trinity-plugin-rec",
+        "rollout_correction": "trinity-plugin-rollout-correction",
         "sapo": "trinity-plugin-sapo",
         "sft": "trinity-plugin-sft",
         "sft_is": "trinity-plugin-sft",

@@ -36,6 +36,7 @@ from trinity_core.components import GroupAdvantage, Metrics
 from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.hooks import run_experience_pipeline
+from trinity_core.train.behaviour import attach_behaviour_logprobs
 from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
 from trinity_core.train.evaluation import EvalSettings, decode_completions, evaluate_policy
 from trinity_core.train.experiences import rollout_batch, rollout_experiences
@@ -161,6 +162,7 @@ class Explorer:
                 temperature=rcfg.temperature,
                 top_p=rcfg.top_p,
                 top_k=rcfg.top_k,
+                logprobs=True,  # the behaviour log-probs that travel with the experiences
             )
 
         # 2. Rewards: reward functions on decoded completions (rows repeated G times, prompt-major).
@@ -205,6 +207,7 @@ class Explorer:
                 model_version=version,
                 messages=explored.messages,
             )
+            attach_behaviour_logprobs(built, rollout, rewards)
             if comps.advantage_in_trainer:
                 written: ExperienceBatch | list[Experience] = built
             else:
@@ -227,6 +230,7 @@ class Explorer:
                     model_version=version,
                     messages=explored.messages,
                 )
+                attach_behaviour_logprobs(exps, rollout, rewards)
             assert exps is not None
             exps = run_experience_pipeline(self.pm, exps, step)
             if comps.add_strategy is not None:

@@ -58,7 +58,7 @@ def check_loss_inputs(
     provided = {"old_logprob", "action_mask", *(["ref_logprob"] if has_ref else [])}
     provided.update(("expert_mask", "step") if expert is not None else ())
     if data is None:
-        provided.add("advantages")
+        provided.update(("advantages", "rollout_logprob"))
     else:
         provided.update(data.pair_columns(2, torch.device("cpu")))
         if data.has_advantages:
@@ -137,7 +137,7 @@ class Learner:
         batch = self.event_loop.run_until_complete(
             self.reader.read_batch(
                 pad_token_id=self.pad_token_id,
-                fields=None if in_trainer else ("input_ids", "action_mask", "advantages"),
+                fields=None if in_trainer else ("input_ids", "action_mask", "advantages", "logprobs"),
                 group_levels=GROUP_LEVELS if in_trainer else (),
             )
         )
@@ -206,6 +206,8 @@ class Learner:
             "advantages": batch.advantages.to(torch.float32),
             **{k[:-1] if k.endswith("logprobs") else k: v for k, v in batch.extras.items()},
         }
+        if batch.logprobs is not None:  # the explorer's, for off-policy corrections (train/behaviour.py)
+            columns["rollout_logprob"] = batch.logprobs.to(torch.float32)
         n = len(batch)
         if self.critic is not None:
             assert batch.returns is not None  # a trainer-side advantage function sets returns

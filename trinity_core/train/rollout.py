@@ -26,6 +26,8 @@ class Rollout:
         response_ids: ``(N, T)`` generated ids, pad after the first EOS.
         response_lengths: ``(N,)`` int64, tokens up to and including the first EOS (``T`` if none).
         truncated: ``(N,)`` bool, no EOS within ``T`` tokens.
+        logprobs: ``(N, T)`` float32, the sampling policy's log-probability of each response token
+            (log-softmax of its raw logits; 0 after the response), the behaviour log-probs.
     """
 
     prompt_ids: Tensor
@@ -34,7 +36,8 @@ class Rollout:
     response_lengths: Tensor
     truncated: Tensor
     logprobs: Tensor | None = None
-    """``(N, T)`` float32 log-probs of the sampled tokens (0 after the response), when asked for."""
+    """``(N, T)`` float32 log-probs of the sampled tokens under the policy (0 after the response), when
+    asked for: the behaviour log-probs of off-policy corrections."""
 
     @property
     def response_mask(self) -> Tensor:
@@ -71,7 +74,7 @@ def generate(
     """Sample ``repeat`` responses for each prompt (rows ``i*repeat .. i*repeat+repeat-1`` for prompt ``i``).
 
     Uses the global torch RNG (seeded by the trainer and saved in checkpoints). With ``logprobs`` the
-    rollout carries the sampling distribution's log-probability of each response token.
+    rollout carries the policy's log-probability of each response token (before temperature and top-k/p).
     """
     device = next(model.parameters()).device
     ids, mask = encode_prompts(tokenizer, prompts, device)
@@ -120,7 +123,7 @@ def sample_padded(
         else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k or None}
     )
     if logprobs:
-        sampling.update(output_scores=True, return_dict_in_generate=True)
+        sampling["output_logits"] = True
     was_training = model.training
     model.eval()
     out = model.generate(
@@ -131,29 +134,30 @@ def sample_padded(
         eos_token_id=eos,
         pad_token_id=pad,
         use_cache=True,
+        return_dict_in_generate=True,
         **sampling,
     )
     model.train(was_training)
-    scores = None
-    if logprobs:
-        scores = torch.stack(out.scores, dim=1).float().log_softmax(-1)
-        out = out.sequences
-    response = out[:, ids.shape[1] :]
+    response = out.sequences[:, ids.shape[1] :]
+    picked = None
+    if (
+        logprobs
+    ):  # the policy's log-probs (logits before temperature and top-k/p), as the learner computes them
+        logits = torch.stack(out.logits, dim=1).float()  # (N, steps, V)
+        picked = logits.log_softmax(-1).gather(-1, response[:, : logits.shape[1], None].long())[..., 0]
     if response.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
         extra = torch.full(
             (response.shape[0], max_new_tokens - response.shape[1]), pad, dtype=response.dtype, device=device
         )
         response = torch.cat([response, extra], dim=1)
+        if picked is not None:
+            picked = torch.nn.functional.pad(picked, (0, max_new_tokens - picked.shape[1]))
     is_eos = response == eos
     has_eos = is_eos.any(dim=1)
     first = torch.where(has_eos, is_eos.int().argmax(dim=1), response.shape[1] - 1)
     lengths = first + 1
     col = torch.arange(response.shape[1], device=device)
     response = torch.where(col < lengths[:, None], response, pad)
-    rollout = Rollout(ids, mask, response, lengths.long(), ~has_eos)
-    if scores is not None:
-        width = scores.shape[1]
-        picked = scores.gather(-1, response[:, :width, None]).squeeze(-1)
-        picked = torch.cat([picked, picked.new_zeros(picked.shape[0], response.shape[1] - width)], dim=1)
-        rollout.logprobs = torch.where(col < lengths[:, None], picked, 0.0)
-    return rollout
+    if picked is not None:
+        picked = torch.where(col < lengths[:, None], picked, 0.0)
+    return Rollout(ids, mask, response, lengths.long(), ~has_eos, picked)

@@ -4,6 +4,8 @@
   ``synchronizer.sync_offset`` steps ahead in a thread with its own copy of the weights, refreshed every
   ``synchronizer.sync_interval`` learner steps (:mod:`trinity_core.train.synchronizer`). Offset 0 and
   interval 1 is lock step: nothing overlaps and the explorer samples with the learner's weights.
+* ``async``: the explorer in a spawned process, weights through shared memory or files
+  (:mod:`trinity_core.train.async_mode`).
 * ``explore``: explorer steps only; their experiences go to a disk buffer (``data.experiences``,
   default ``<run_dir>/experiences``) that a later ``mode: train`` run reads.
 * ``train``: learner steps only, on stored experiences (``data.experiences``).
@@ -31,6 +33,7 @@ from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.hooks import get_plugin_manager, notify_metrics
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train import reporting
+from trinity_core.train.async_mode import run_async
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
 from trinity_core.train.expert import load_expert_data
 from trinity_core.train.explorer import Explored, Explorer
@@ -236,12 +239,8 @@ class Runner:
         self.report.begin(self.start_step, self.total_steps)
         t0 = time.perf_counter()
         try:
-            if self.config.mode == "both":
-                self._run_both()
-            elif self.config.mode == "explore":
-                self._run_explore()
-            else:
-                self._run_train()
+            modes = {"both": self._run_both, "async": lambda: run_async(self), "explore": self._run_explore}
+            modes.get(self.config.mode, self._run_train)()
         finally:
             self._bar.close()
             if self._log is not None:
@@ -335,7 +334,7 @@ class Runner:
         if not math.isnan(wall) and self.config.mode != "train":
             out["time/step_s"] = wall
             out["explorer/idle_fraction"] = max(0.0, 1.0 - explorer_busy / wall)
-            if self.config.mode == "both":
+            if self.config.mode in ("both", "async"):
                 out["learner/idle_fraction"] = max(0.0, 1.0 - learner_busy / wall)
                 out["throughput/experiences_per_s"] = experiences / wall
                 out["throughput/tokens_per_s"] = tokens / wall

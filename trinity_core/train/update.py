@@ -69,7 +69,8 @@ def _keeps_logits(model: Any) -> bool:
     inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None) or model
     cls = type(inner)
     if cls not in _TAKES_LOGITS_TO_KEEP:
-        _TAKES_LOGITS_TO_KEEP[cls] = "logits_to_keep" in inspect.signature(cls.forward).parameters
+        call = getattr(cls, "forward", None) or cls.__call__  # a stand-in such as lora.AdapterDisabled
+        _TAKES_LOGITS_TO_KEEP[cls] = "logits_to_keep" in inspect.signature(call).parameters
     return _TAKES_LOGITS_TO_KEEP[cls]
 
 

@@ -1,0 +1,191 @@
+"""Mode ``async``: the explorer in a process of its own, the learner in this one, joined by a bounded link.
+
+::
+
+    explorer process (async_explorer.py)            learner process (this module, the runner's)
+      rollout(step) with weights version v  --link-->  buffer -> Learner.step(step) -> record, checkpoint
+      load_newer(...) <----- WeightChannel <---------  publish(policy, version) every sync_interval steps
+
+The explorer runs freely ahead of the learner, at most ``max(synchronizer.sync_offset, 1)`` steps
+waiting in the link; the learner drops rows past ``synchronizer.max_staleness`` as in mode ``both``.
+
+Faults: every wait is bounded (``synchronizer.timeout``) and polls the other side. If the explorer
+process fails or dies, the learner raises :class:`ExplorerFailed` naming it and its error or signal; if
+the learner process ends, for whatever reason (an error, Ctrl-C, ``kill -9``), the explorer stops
+within a poll interval of noticing. No process outlives the run: the learner stops the explorer (stop
+event, then terminate, then kill) on every way out.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.multiprocessing as mp
+
+from trinity_core import registry
+from trinity_core.codec import deserialize_many
+from trinity_core.config import ConfigError, ConfigProblem
+from trinity_core.train.async_explorer import POLL_S, ExplorerSpec, Shipment, explorer_process
+from trinity_core.train.synchronizer import WeightChannel
+
+if TYPE_CHECKING:
+    from trinity_core.train.runner import Runner
+
+__all__ = ["STOP_GRACE_S", "ExplorerFailed", "run_async"]
+
+STOP_GRACE_S = 5.0
+"""Seconds the explorer process gets to end after the stop event before it is terminated."""
+STARTUP_S = 600.0
+"""Seconds the explorer process may take to start (imports, model) before ``synchronizer.timeout`` runs."""
+
+
+class ExplorerFailed(RuntimeError):
+    """The explorer process of mode ``async`` failed, died or went silent."""
+
+
+def run_async(runner: Runner) -> None:
+    """Run the remaining steps of ``runner`` with its explorer in a spawned process."""
+    if runner.acc.num_processes > 1:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "mode",
+                    f"mode async runs one learner process; this launch has {runner.acc.num_processes}",
+                    hint="launch one process, or use mode both for several",
+                )
+            ]
+        )
+    config, learner, sync = runner.config, runner.learner, runner.synchronizer
+    # Two processes on the same cores: unless trainer.threads says otherwise, each gets half of them
+    # (oversubscribed OpenMP threads spin at every barrier and slow both down many times over).
+    threads = config.trainer.threads or max(1, torch.get_num_threads() // 2)
+    torch.set_num_threads(threads)
+    ctx = mp.get_context("spawn")
+    channel = WeightChannel(
+        config.synchronizer.method, learner.policy, learner.version, runner.run_dir / "sync", ctx
+    )
+    spec = ExplorerSpec(
+        config=config,
+        start_step=runner.start_step,
+        total_steps=runner.total_steps,
+        threads=threads,
+        link=ctx.Queue(maxsize=max(config.synchronizer.sync_offset, 1)),
+        errors=ctx.Queue(),
+        stop=ctx.Event(),
+        ready=ctx.Event(),
+        weights=channel,
+        registrations=_registrations(),
+    )
+    process = ctx.Process(target=explorer_process, args=(spec,), name="trinity-explorer", daemon=True)
+    process.start()
+    try:
+        last = time.perf_counter()
+        for step in range(runner.start_step, runner.total_steps):
+            # 1. The explorer's step from the link (waits while the buffer is empty) into the buffer.
+            shipment = _receive(spec, process, step, runner.run_dir)
+            experiences = deserialize_many(shipment.experiences)
+            runner.event_loop.run_until_complete(runner.explorer.writer.write(experiences))
+            metrics = {k: torch.tensor(v, dtype=torch.float64) for k, v in shipment.metrics.items()}
+
+            # 2. The learner's step, metrics, checkpoint.
+            t_learn = time.perf_counter()
+            metrics.update(learner.step(step))
+            now = time.perf_counter()
+            wall, learner_busy, last = now - last, now - t_learn, now
+            explorer_busy = (1.0 - shipment.idle_fraction) * wall  # the explorer's own idle share
+            out = runner._finish_metrics(step, metrics, wall, explorer_busy, learner_busy)
+            runner._record(step, out, checkpoint=True)
+
+            # 3. Weights to the explorer.
+            if sync.due(learner.version):
+                channel.publish(learner.policy, learner.version)
+    finally:
+        stop_explorer(spec, process)
+
+
+def stop_explorer(spec: ExplorerSpec, process: Any) -> None:
+    """End the explorer process: the stop event, then SIGTERM, then SIGKILL; each bounded."""
+    spec.stop.set()
+    process.join(STOP_GRACE_S)
+    if process.is_alive():
+        process.terminate()
+        process.join(STOP_GRACE_S)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    spec.link.cancel_join_thread()  # what is left in the link is dropped, not waited for
+    spec.errors.cancel_join_thread()
+
+
+def _receive(spec: ExplorerSpec, process: Any, step: int, run_dir: Path) -> Shipment:
+    """The next shipment; raises :class:`ExplorerFailed` when the explorer dies or stays silent.
+
+    The wait is bounded by ``synchronizer.timeout``, counted from when the explorer process is ready
+    (its start is bounded by :data:`STARTUP_S`).
+    """
+    timeout, began = spec.config.synchronizer.timeout, time.perf_counter()
+    start = began
+    while True:
+        try:
+            shipment: Shipment = pickle.loads(spec.link.get(timeout=POLL_S))
+            return shipment
+        except queue.Empty:
+            now = time.perf_counter()
+            if not process.is_alive():
+                raise ExplorerFailed(_death(spec, process, step) + _resume_hint(run_dir)) from None
+            if not spec.ready.is_set():
+                start = now
+                if now - began > STARTUP_S:
+                    raise ExplorerFailed(
+                        f"the explorer process (pid {process.pid}) did not start within {STARTUP_S:g}s"
+                        + _resume_hint(run_dir)
+                    ) from None
+            elif now - start > timeout:
+                raise ExplorerFailed(
+                    f"the explorer process (pid {process.pid}) sent no experiences for {timeout:g}s "
+                    f"(learner step {step + 1}); raise synchronizer.timeout if its steps are that slow"
+                    + _resume_hint(run_dir)
+                ) from None
+
+
+def _resume_hint(run_dir: Path) -> str:
+    latest = run_dir / "checkpoints" / "latest"
+    if latest.exists():
+        name = latest.read_text().strip()
+        return f"\ncheckpoint {name} is intact: continue with trinity train --resume {run_dir}"
+    return f"\nno checkpoint was written yet: start again with --overwrite --run-dir {run_dir}"
+
+
+def _death(spec: ExplorerSpec, process: Any, step: int) -> str:
+    """Why the explorer process ended, for the learner's error message."""
+    process.join(STOP_GRACE_S)
+    where = f"the explorer process (pid {process.pid}) ended before learner step {step + 1}"
+    try:
+        trace: str = spec.errors.get(timeout=POLL_S)
+    except queue.Empty:
+        code = process.exitcode
+        if code is not None and code < 0:
+            return f"{where}: killed by signal {signal.Signals(-code).name}"
+        return f"{where} with exit code {code} and no error report"
+    last = trace.strip().splitlines()[-1]
+    return f"{where}: {last}\nthe explorer's traceback:\n{trace.rstrip()}"
+
+
+def _registrations() -> list[tuple[str, str, Any, bool]]:
+    """The in-process registry entries that can travel to the explorer process (picklable objects)."""
+    found = []
+    # The registry has no public listing of in-process entries; a spawned process starts without them.
+    for (kind, name), entries in registry.get_registry()._in_process.items():
+        for record, replace in entries:
+            try:
+                pickle.dumps(record.obj)
+            except Exception:  # a lambda or local class stays behind; a run that names it fails there
+                continue
+            found.append((kind, name, record.obj, replace))
+    return found

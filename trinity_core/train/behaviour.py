@@ -1,0 +1,30 @@
+"""The explorer's log-probs travel with its experiences as the behaviour log-probs (``logprobs``).
+
+The learner hands them to the policy loss as the ``rollout_logprob`` column, so that an off-policy
+correction (the ``trinity-plugin-rollout-correction`` plugin) can weigh each token or sequence by
+``exp(old_logprob - rollout_logprob)``; mode ``train`` on stored experiences uses them as ``old_logprob``.
+"""
+
+from __future__ import annotations
+
+from trinity_core.batch import ExperienceBatch
+from trinity_core.experience import Experience
+from trinity_core.train.rollout import Rollout
+
+__all__ = ["attach_behaviour_logprobs"]
+
+
+def attach_behaviour_logprobs(
+    written: ExperienceBatch | list[Experience], rollout: Rollout, rewards: list[float | None]
+) -> None:
+    """Set the ``logprobs`` of ``written`` (the rewarded rows of ``rollout``, in order) from the rollout."""
+    if rollout.logprobs is None:
+        return
+    keep = [i for i, r in enumerate(rewards) if r is not None]
+    rows = rollout.logprobs.cpu()[keep] if len(keep) < len(rewards) else rollout.logprobs.cpu()
+    if isinstance(written, ExperienceBatch):
+        written.logprobs = rows[:, : written.max_response_length].contiguous()
+        return
+    # The list path makes its experiences one by one already; each gets a view of its row.
+    for exp, row, length in zip(written, rows, rollout.response_lengths[keep].tolist(), strict=True):
+        exp.logprobs = row[:length]
