@@ -342,6 +342,11 @@ class Registry:
     def _add_in_process(self, record: ComponentRecord, replace: bool) -> None:
         self._in_process.setdefault((record.kind, record.name), []).append((record, replace))
 
+    def in_process(self) -> list[tuple[ComponentRecord, bool]]:
+        """The in-process registrations as ``(record, replace)``, e.g. to repeat them in another process."""
+        with self._lock:
+            return [entry for entries in self._in_process.values() for entry in entries]
+
     def unregister(self, kind: str, name: str) -> None:
         """Drop in-process registrations of ``kind``/``name`` (installed plugins are unaffected)."""
         with self._lock:

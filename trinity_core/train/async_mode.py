@@ -180,12 +180,11 @@ def _death(spec: ExplorerSpec, process: Any, step: int) -> str:
 def _registrations() -> list[tuple[str, str, Any, bool]]:
     """The in-process registry entries that can travel to the explorer process (picklable objects)."""
     found = []
-    # The registry has no public listing of in-process entries; a spawned process starts without them.
-    for (kind, name), entries in registry.get_registry()._in_process.items():
-        for record, replace in entries:
-            try:
-                pickle.dumps(record.obj)
-            except Exception:  # a lambda or local class stays behind; a run that names it fails there
-                continue
-            found.append((kind, name, record.obj, replace))
+    # A spawned process starts without them.
+    for record, replace in registry.get_registry().in_process():
+        try:
+            pickle.dumps(record.obj)
+        except Exception:  # a lambda or local class stays behind; a run that names it fails there
+            continue
+        found.append((record.kind, record.name, record.obj, replace))
     return found
