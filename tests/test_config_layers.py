@@ -173,8 +173,10 @@ def test_config_validate_explain_names_every_origin(
     registry: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import trinity_core.config.resolve as resolve_module
+    import trinity_core.registry as registry_module
 
     monkeypatch.setattr(resolve_module, "get_registry", lambda: registry)
+    monkeypatch.setattr(registry_module, "_default", registry)  # the capability check looks names up there
     path = tmp_path / "run.yaml"
     path.write_text("algorithm: {algorithm_type: home}\ntrainer: {total_steps: 5}\n")
     assert main(["config", "validate", str(path), "--set", "trainer.lr=0.01", "--explain"]) == 0
