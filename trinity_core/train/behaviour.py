@@ -7,11 +7,25 @@ correction (the ``trinity-plugin-rollout-correction`` plugin) can weigh each tok
 
 from __future__ import annotations
 
+from typing import Any
+
 from trinity_core.batch import ExperienceBatch
+from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.train.rollout import Rollout
 
-__all__ = ["attach_behaviour_logprobs"]
+__all__ = ["attach_behaviour_logprobs", "wants_behaviour_logprobs"]
+
+
+def wants_behaviour_logprobs(config: ResolvedConfig, components: Any) -> bool:
+    """Whether anything reads the explorer's log-probs: a policy loss that asks for ``rollout_logprob``,
+    or mode ``explore``, whose stored experiences a later mode ``train`` reads as ``old_logprob``.
+
+    Asked for only then: ``generate`` keeps every step's logits over the whole vocabulary to compute them.
+    """
+    loss = components.policy_loss
+    reads = any(loss.mapper.to_trinity(key) == "rollout_logprob" for key in loss.select_keys)
+    return reads or config.mode == "explore"
 
 
 def attach_behaviour_logprobs(

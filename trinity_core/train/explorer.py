@@ -36,7 +36,7 @@ from trinity_core.components import GroupAdvantage, Metrics
 from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.hooks import run_experience_pipeline
-from trinity_core.train.behaviour import attach_behaviour_logprobs
+from trinity_core.train.behaviour import attach_behaviour_logprobs, wants_behaviour_logprobs
 from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
 from trinity_core.train.evaluation import EvalSettings, decode_completions, evaluate_policy
 from trinity_core.train.experiences import rollout_batch, rollout_experiences
@@ -107,6 +107,7 @@ class Explorer:
         self.reward_names, self.reward_fns, self.reward_weights = rewards
         self.rewards = rewards
         self.components, self.writer, self.pm = components, writer, pm
+        self.behaviour_logprobs = wants_behaviour_logprobs(config, components)
         self.task_gen, self.profiler, self.event_loop = task_gen, profiler, event_loop
         self.group_size = config.algorithm.repeat_times
         self.max_new_tokens = config.rollout.max_new_tokens or task.max_response_tokens()
@@ -162,7 +163,7 @@ class Explorer:
                 temperature=rcfg.temperature,
                 top_p=rcfg.top_p,
                 top_k=rcfg.top_k,
-                logprobs=True,  # the behaviour log-probs that travel with the experiences
+                logprobs=self.behaviour_logprobs,  # the log-probs that travel with the experiences
             )
 
         # 2. Rewards: reward functions on decoded completions (rows repeated G times, prompt-major).
