@@ -112,7 +112,14 @@ def write_answer_experiences(
     from trinity_core.train.expert import pair_experiences
     from trinity_core.train.model import build_char_tokenizer
 
-    resolved = resolve_config(dict(config or {}))
+    # Resolved as the SFT run that will read the directory: only its task and tokenizer matter here, and
+    # this needs no plugin beyond the sft one that trains the teacher.
+    sft_run = {
+        "mode": "train",
+        "algorithm": {"algorithm_type": "sft"},
+        "data": {"experiences": str(directory)},
+    }
+    resolved = resolve_config({**dict(config or {}), **sft_run})
     task = build_task(resolved)
     if "answer" not in task.fields:
         problem = ConfigProblem("tasks", f"task fields {list(task.fields)} have no 'answer' to learn")
