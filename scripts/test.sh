@@ -8,4 +8,6 @@ if [ -d /opt/wheels ] && [ -z "${UV_FIND_LINKS:-}" ]; then export UV_FIND_LINKS=
 python3 -m venv .venv-tox
 .venv-tox/bin/pip install -q -c constraints.txt 'tox>=4.20' 'tox-uv>=1.11'
 [ -f .ref/trinity/__init__.py ] || .venv-tox/bin/pip install -q --no-deps --target .ref trinity-rft==0.6.0 omegaconf
-.venv-tox/bin/tox run-parallel --parallel 2 --parallel-live "$@"
+# --recreate: plugins are installed as built packages and the core's entry points live in its install
+# metadata, neither of which tox sees change; with uv's cache a fresh env costs seconds.
+.venv-tox/bin/tox run-parallel --recreate --parallel 2 --parallel-live "$@"

@@ -8,6 +8,7 @@ import pytest
 import torch
 from trinity_plugin_reasoning_gym import ReasoningGymTask, reasoning_gym_score
 
+from trinity_core import registry
 from trinity_core.config import ConfigError
 from trinity_core.train.run import train
 
@@ -37,16 +38,23 @@ def test_the_generators_own_score_answer_is_the_reward() -> None:
     assert reasoning_gym_score(right, entries, truncated=[True, False]) == [0.0, 1.0]
 
 
+def test_an_unknown_generator_is_refused_when_the_task_is_built() -> None:
+    with pytest.raises(ValueError, match=r"reasoning-gym cannot build dataset 'no_such_generator'"):
+        registry.create("task", "reasoning_gym", {"dataset": "no_such_generator"})
+
+
 def test_an_unknown_generator_fails_before_training(tmp_path: Path) -> None:
+    pytest.importorskip("trinity_plugin_grpo", reason="the default preset's plugin (the test extra)")
     config = {"tasks": {"name": "reasoning_gym", "args": {"dataset": "no_such_generator"}}}
     with pytest.raises(ConfigError, match=r"reasoning-gym cannot build dataset 'no_such_generator'"):
         train(config, run_dir=tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_grpo_learns_a_reasoning_gym_task(tmp_path: Path) -> None:
-    pytest.importorskip("trinity_plugin_grpo", reason="the preset's plugin (the test extra) is not installed")
     """gcd: a tiny model that starts scoring 0 answers a quarter or more of the last steps' questions
     within 40 steps (most gcds are 1 or 2: it learns the answer format and the common answers)."""
+    pytest.importorskip("trinity_plugin_grpo", reason="the preset's plugin (the test extra) is not installed")
     config = {
         "algorithm": {"algorithm_type": "grpo", "repeat_times": 8, "kl_loss_fn": "none"},
         "tasks": {"name": "reasoning_gym", "eval_size": 32, "args": {"dataset": "gcd", "size": 200}},
