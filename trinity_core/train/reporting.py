@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from accelerate.logging import get_logger
-
 __all__ = [
     "FIGURES",
     "RunReport",
@@ -26,14 +24,19 @@ __all__ = [
     "format_figures",
     "hparams",
     "init_trackers",
-    "logger",
     "metric_curve",
     "rl_figures",
     "run_summary",
 ]
 
-logger = get_logger("trinity_core.train")
-"""The training logger (Accelerate's: main process only unless ``main_process_only=False``)."""
+
+def _logger() -> Any:
+    """The training logger (Accelerate's: main process only), imported when a run reports: the core
+    without the train extra imports this module and must say which extra is missing, not fail here."""
+    from accelerate.logging import get_logger
+
+    return get_logger("trinity_core.train")
+
 
 FIGURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("reward", ("reward/mean",), "{:.3f}"),
@@ -211,7 +214,7 @@ class RunReport:
     def begin(self, start_step: int, total_steps: int) -> None:
         """Log (at debug level: an error later must stay the only line on stderr) what the run is about to
         do; start the step clock."""
-        logger.debug(
+        _logger().debug(
             f"{self.config.mode}: steps {start_step + 1}-{total_steps}, run directory {self.run_dir}"
         )
         self.rate.start()
@@ -228,7 +231,7 @@ class RunReport:
         """:func:`run_summary` of the run, also logged."""
         summary = run_summary(history)
         figures = {k: v for k, v in summary.items() if k != "steps_per_s"}
-        logger.info(f"last 10 steps: {format_figures(figures, summary.get('steps_per_s', math.nan))}")
+        _logger().info(f"last 10 steps: {format_figures(figures, summary.get('steps_per_s', math.nan))}")
         return summary
 
     def plot(self) -> str | None:
