@@ -45,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_train(ns: argparse.Namespace) -> int:
     """Train; print the summary. Exit 1 with a one-line message on bad input or a failing environment."""
+    from trinity_core.extras import require_extra
     from trinity_core.train.async_mode import ExplorerFailed
     from trinity_core.train.checkpoint import CheckpointError
     from trinity_core.train.loop import LaunchError
@@ -55,6 +56,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
     from trinity_core.train.run import RunDirError, RunFinished, train
     from trinity_core.workflows.errors import WorkflowError
 
+    require_extra("train", "trinity train")  # before the log redirection, which needs tqdm
     overrides = list(ns.overrides)
     if ns.no_progress:
         overrides.append("trainer.progress=false")
