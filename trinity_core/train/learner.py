@@ -336,9 +336,10 @@ class Learner:
         P: int,
         cols: dict[str, Tensor],
         scale: LossScale,
-        pg_scale: Any,
+        pg_scale: Any = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         comps, mode = self.components, self.config.algorithm.loss_agg_mode
+        pg_scale = scale if pg_scale is None else pg_scale  # MIX losses normalise per subset (expert.py)
         logprob, entropy = response_logprobs(self.model, ids, attn, P, self.use_entropy, self.entropy_grad)
         mask = cols["action_mask"]
         if "old_logprob" not in cols:  # one update per step: the sampling policy is the current one
