@@ -100,6 +100,7 @@ def test_loss_and_gradient_equal_trinity_train(tmp_path: Any, components: dict[s
         config=SimpleNamespace(algorithm=SimpleNamespace(loss_agg_mode=trainer.trinity.loss_agg_mode)),
         model=twin,
         use_entropy=trainer.trinity.entropy is not None,
+        entropy_grad=True,  # the entropy term's gradient counts, as in TRL's loss
     )
     cols = {"action_mask": mask, "advantages": inputs["advantages"][:, None].expand(8, 4)}
     ref_loss, _ = Learner._loss(fake, ids, None, 5, cols, global_normalizers([mask]))
