@@ -100,6 +100,14 @@ class DatasetTask(Task):
         extra = ["answer"] if self._train.has_answer and "answer" not in columns else []
         return ("prompt", *columns, *extra, "prompt_messages")
 
+    @property
+    def conversational(self) -> bool:
+        """True with ``messages_key``: the dataset's prompts are conversations, so reward functions get
+        them as message lists and the completions as ``[{"role": "assistant", ...}]`` (as TRL does for a
+        conversational dataset). A ``prompt_key`` or ``prompt_template`` prompt stays a string, chat
+        template or not, as TRL keeps a string prompt a string."""
+        return self.messages_key is not None
+
     def sample(self, n: int, generator: torch.Generator) -> list[dict[str, Any]]:
         """The next ``n`` rows of this epoch's order (wrapping into the next epoch).
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from trinity_core.train.prompts import PromptRenderer
-from trinity_core.train.rewards import combine_rewards
+from trinity_core.train.rewards import combine_rewards, prompt_conversations
 from trinity_core.train.rollout import Rollout, generate
 
 __all__ = ["EvalSettings", "decode_completions", "evaluate_policy"]
@@ -77,14 +77,14 @@ def _rewards(
     rewards: tuple[Sequence[str], Sequence[Any], Sequence[float]],
     tokenizer: Any,
     rows: list[dict[str, Any]],
-    fields: Sequence[str],
+    task: Any,
     rollout: Rollout,
     repeat: int,
 ) -> torch.Tensor:
     """``(len(rows), repeat)`` float64 combined rewards, NaN where no function applies."""
     names, fns, weights = rewards
     completions, completion_ids = decode_completions(tokenizer, rollout)
-    given = {k: [r[k] for r in rows for _ in range(repeat)] for k in fields if k != "prompt"}
+    given = {k: [r[k] for r in rows for _ in range(repeat)] for k in task.fields if k != "prompt"}
     given["truncated"] = rollout.truncated.tolist()
     values = combine_rewards(
         list(fns),
@@ -94,6 +94,7 @@ def _rewards(
         completions,
         given,
         completion_ids=completion_ids,
+        conversations=prompt_conversations(task, rows, repeat),
     )
     scores = torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
     return scores.view(len(rows), repeat)
@@ -128,7 +129,7 @@ def evaluate_policy(
         temperature=1.0,
         greedy=True,
     )
-    scores = _rewards(rewards, tokenizer, rows, task.fields, greedy, 1)[:, 0]
+    scores = _rewards(rewards, tokenizer, rows, task, greedy, 1)[:, 0]
     solved = torch.where(scores.isnan(), scores, (scores >= settings.success).double())
     out: dict[str, float | None] = {
         "eval/prompts": float(len(rows)),
@@ -149,7 +150,7 @@ def evaluate_policy(
                 top_p=settings.top_p,
                 top_k=settings.top_k,
             )
-        samples = _rewards(rewards, tokenizer, rows, task.fields, sampled, settings.k)
+        samples = _rewards(rewards, tokenizer, rows, task, sampled, settings.k)
         hit = torch.where(samples.isnan(), samples, (samples >= settings.success).double())
         scored = ~samples.isnan().all(dim=1)
         any_hit = (hit.nan_to_num(0.0) > 0).any(dim=1).double()

@@ -42,7 +42,7 @@ from trinity_core.train.evaluation import EvalSettings, decode_completions, eval
 from trinity_core.train.experiences import rollout_batch, rollout_experiences
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.prompts import PromptRenderer
-from trinity_core.train.rewards import combine_rewards
+from trinity_core.train.rewards import combine_rewards, prompt_conversations
 from trinity_core.train.rollout import Rollout, generate
 from trinity_core.train.workflow_step import build_workflow, explore_episodes, outcome_metrics, row_rewards
 
@@ -137,7 +137,7 @@ class Explorer:
                     step=step,
                     task_offset=self.rank * self.prompts_per_rank,
                     repeat_times=G,
-                    reward_fn=row_rewards(tuple(self.task.fields), self.rewards),
+                    reward_fn=row_rewards(tuple(self.task.fields), self.rewards, self.task.conversational),
                     model_version=self.version,
                 )
             exps = outcome.experiences
@@ -178,6 +178,7 @@ class Explorer:
             completions,
             fields,
             completion_ids=completion_ids,
+            conversations=prompt_conversations(self.task, rows, G),
         )
         messages = self.prompter.messages(rows, completions, G)
         return Explored(step, rollout, rewards, self.version, time.perf_counter() - start, messages=messages)

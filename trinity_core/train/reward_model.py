@@ -19,6 +19,7 @@ from pydantic import Field
 
 from trinity_core.components.base import Component, ComponentArgs
 from trinity_core.train.model import ModelLoadError
+from trinity_core.train.rewards import Completion, completion_text
 
 __all__ = ["RewardModel"]
 
@@ -94,13 +95,17 @@ class RewardModel(Component):
     @torch.no_grad()
     def __call__(
         self,
-        prompts: Sequence[str],
-        completions: Sequence[str],
+        prompts: Sequence[Any],
+        completions: Sequence[Completion],
         prompt_messages: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> list[float]:
-        """The reward model's score of each completion (TRL's reward-function convention)."""
-        texts = self.texts(prompts, completions, prompt_messages)
+        """The reward model's score of each completion (TRL's reward-function convention; prompts and
+        completions as strings or in TRL's conversational form)."""
+        if prompts and not isinstance(prompts[0], str):  # conversational: the prompts are the messages
+            prompt_messages = prompts
+            prompts = ["\n".join(m["content"] for m in messages) for messages in prompts]
+        texts = self.texts(prompts, [completion_text(c) for c in completions], prompt_messages)
         device = next(self.model.parameters()).device
         scores: list[torch.Tensor] = []
         for start in range(0, len(texts), self.batch_size):

@@ -2,8 +2,12 @@
 
 A reward function follows TRL's calling convention, so TRL reward functions work unchanged: it is
 called with keywords only, ``fn(prompts=..., completions=..., completion_ids=..., **columns)``, and
-returns ``list[float | None]``. ``prompts`` and ``completions`` are lists of strings (one entry per
-response), ``completion_ids`` the response token ids up to EOS (when the trainer passes them),
+returns ``list[float | None]``. ``prompts`` and ``completions`` hold one entry per response: strings,
+or, when the task's prompts are conversations (:attr:`~trinity_core.train.tasks.Task.conversational`:
+the ``dataset`` task with ``messages_key``), as TRL passes conversational data, each prompt its list of
+messages and each completion ``[{"role": "assistant", "content": text}]`` (:func:`completion_text`
+reads either form). ``completion_ids`` are the response token ids up to EOS (when the trainer passes
+them),
 ``columns`` every other field of the task rows as lists aligned with them (a dataset's columns, by
 name), plus ``truncated`` (no EOS within the budget). Accept ``**kwargs`` so new fields do not break
 the function. ``None`` means "not applicable": with several functions the reward is the weighted sum of
@@ -24,15 +28,23 @@ from typing import Any
 
 __all__ = [
     "TRAINER_ARGUMENTS",
+    "Completion",
     "RewardError",
     "RewardFn",
     "combine_rewards",
+    "completion_text",
     "exact_match",
     "load_reward_fns",
+    "prompt_conversations",
     "required_fields",
 ]
 
 RewardFn = Callable[..., Sequence[float | None]]
+
+Message = Mapping[str, Any]
+Completion = str | Sequence[Message]
+"""A completion as a reward function receives it: its text, or TRL's conversational form (a list with
+the assistant's message)."""
 
 TRAINER_ARGUMENTS = ("prompts", "completions", "completion_ids")
 """Keywords the trainer passes to every reward function itself (the rest are the task's fields)."""
@@ -43,15 +55,34 @@ class RewardError(ValueError):
     completion."""
 
 
+def completion_text(completion: Completion) -> str:
+    """The text of a completion in either form: a string as it is, a conversational completion's last
+    message's content (TRL's form has one message, the assistant's)."""
+    if isinstance(completion, str):
+        return completion
+    return str(completion[-1]["content"]) if completion else ""
+
+
 def exact_match(
-    prompts: Sequence[str], completions: Sequence[str], answer: Sequence[Any], **kwargs: Any
+    prompts: Sequence[Any], completions: Sequence[Completion], answer: Sequence[Any], **kwargs: Any
 ) -> list[float]:
-    """1.0 when the completion equals the answer exactly (and ended with EOS), else 0.0."""
+    """1.0 when the completion (a string or a conversational completion) equals the answer exactly (and
+    ended with EOS), else 0.0."""
     truncated = kwargs.get("truncated") or [False] * len(completions)
     return [
-        1.0 if (not cut and c == str(a)) else 0.0
+        1.0 if (not cut and completion_text(c) == str(a)) else 0.0
         for c, a, cut in zip(completions, answer, truncated, strict=True)
     ]
+
+
+def prompt_conversations(
+    task: Any, rows: Sequence[Mapping[str, Any]], repeat: int
+) -> list[list[Message]] | None:
+    """Each response's prompt messages (``rows`` repeated ``repeat`` times, row-major) when ``task``'s
+    prompts are conversations, for :func:`combine_rewards`; None when reward functions get strings."""
+    if not getattr(task, "conversational", False):
+        return None
+    return [list(row["prompt_messages"]) for row in rows for _ in range(repeat)]
 
 
 def required_fields(fn: Callable[..., Any]) -> list[str]:
@@ -113,11 +144,15 @@ def combine_rewards(
     completions: list[str],
     fields: Mapping[str, list[Any]],
     completion_ids: Sequence[Sequence[int]] | None = None,
+    conversations: Sequence[Sequence[Message]] | None = None,
 ) -> list[float | None]:
     """Weighted sum of the applicable rewards per response (``None`` when no function applies).
 
     Each function is called as ``fn(prompts=prompts, completions=completions,
-    completion_ids=completion_ids, **fields)`` (``completion_ids`` left out when not given).
+    completion_ids=completion_ids, **fields)`` (``completion_ids`` left out when not given). With
+    ``conversations`` (each response's prompt messages) the call is conversational, as TRL's: ``prompts``
+    are those conversations and each completion is ``[{"role": "assistant", "content": text}]``; errors
+    still quote the texts.
 
     Raises:
         RewardError: a function raised, returned the wrong number of values, or a value that is not a
@@ -125,6 +160,9 @@ def combine_rewards(
     """
     total: list[float | None] = [None] * len(completions)
     given: dict[str, Any] = {"prompts": prompts, "completions": completions, **fields}
+    if conversations is not None:
+        given["prompts"] = [list(c) for c in conversations]
+        given["completions"] = [[{"role": "assistant", "content": c}] for c in completions]
     if completion_ids is not None:
         given["completion_ids"] = [list(ids) for ids in completion_ids]
     for fn, weight, name in zip(fns, weights, names, strict=True):

@@ -47,6 +47,12 @@ class Task(Component, ABC):
     def sample(self, n: int, generator: torch.Generator) -> list[dict[str, Any]]:
         """``n`` training rows drawn with ``generator``."""
 
+    @property
+    def conversational(self) -> bool:
+        """Whether the prompts are conversations (rows carry ``prompt_messages`` given as data): reward
+        functions then get TRL's conversational form (see :mod:`trinity_core.train.rewards`)."""
+        return False
+
     def eval_rows(self, n: int, seed: int) -> list[dict[str, Any]]:
         """``n`` held-out rows for the greedy evaluation (default: a sample from a separate generator)."""
         return self.sample(n, torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET))

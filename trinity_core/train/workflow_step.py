@@ -78,9 +78,12 @@ def explore_episodes(
 
 
 def row_rewards(
-    fields: tuple[str, ...], rewards: tuple[list[str], list[Any], list[float]]
+    fields: tuple[str, ...],
+    rewards: tuple[list[str], list[Any], list[float]],
+    conversational: bool = False,
 ) -> Callable[[dict[str, Any]], RewardFn]:
-    """``row -> reward_fn``: the run's reward functions bound to one task row (``task.reward_fn``)."""
+    """``row -> reward_fn``: the run's reward functions bound to one task row (``task.reward_fn``);
+    ``conversational``: the row's ``prompt_messages`` go to them as TRL's conversational prompts."""
     names, fns, weights = rewards
 
     def bind(row: dict[str, Any]) -> RewardFn:
@@ -91,8 +94,16 @@ def row_rewards(
             columns: dict[str, list[Any]] = {k: [row[k]] * n for k in fields if k != "prompt"}
             columns["truncated"] = list(truncated)
             prompts = [str(row.get("prompt", ""))] * n
+            conversations = [row["prompt_messages"]] * n if conversational else None
             return combine_rewards(
-                fns, weights, names, prompts, completions, columns, completion_ids=completion_ids
+                fns,
+                weights,
+                names,
+                prompts,
+                completions,
+                columns,
+                completion_ids=completion_ids,
+                conversations=conversations,
             )
 
         return score

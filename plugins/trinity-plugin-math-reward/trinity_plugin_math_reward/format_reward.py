@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from trinity_core.components.base import Component, ComponentArgs
+from trinity_core.train.rewards import Completion, completion_text
 
 __all__ = ["DEFAULT_PATTERN", "FormatReward"]
 
@@ -51,9 +52,10 @@ class FormatReward(Component):
         super().__init__(**args)
         self._regex = re.compile(self.pattern, re.DOTALL)
 
-    def __call__(self, completions: Sequence[str], **kwargs: Any) -> list[float | None]:
-        """One score per completion (every other argument is ignored)."""
+    def __call__(self, completions: Sequence[Completion], **kwargs: Any) -> list[float | None]:
+        """One score per completion, a string or TRL's conversational form (every other argument is
+        ignored)."""
+        texts = [completion_text(c) for c in completions]
         return [
-            1.0 if self._regex.fullmatch(c.strip() if self.strip else c) is not None else 0.0
-            for c in completions
+            1.0 if self._regex.fullmatch(t.strip() if self.strip else t) is not None else 0.0 for t in texts
         ]
