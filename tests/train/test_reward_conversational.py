@@ -146,4 +146,4 @@ def test_trinity_train_and_eval_pass_conversations_to_a_trl_style_function(
     assert main(["eval", str(run)]) == 0, capsys.readouterr().err
     assert SEEN["prompts"] and all(p in conversations for p in SEEN["prompts"])
     assert all(c[0]["role"] == "assistant" for c in SEEN["completions"])
-    assert json.loads((run / "eval.json").read_text())["eval/greedy_reward"] is not None
+    assert json.loads((run / "eval.json").read_text())["figures"]["eval/greedy_reward"] is not None
