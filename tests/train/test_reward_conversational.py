@@ -61,7 +61,8 @@ def test_conversations_turn_prompts_and_completions_into_trls_form() -> None:
 
 def test_without_conversations_the_same_functions_get_strings() -> None:
     def plain(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
-        assert prompts == ["1+2="] and completions == ["3"]
+        assert prompts == ["1+2="]
+        assert completions == ["3"]
         return [1.0]
 
     assert combine_rewards(
@@ -93,7 +94,8 @@ def test_which_dataset_prompts_count_as_conversations(tmp_path: Path) -> None:
     plain = registry.create(
         "task", "dataset", {"path": str(data), "prompt_key": "q", "system_prompt": "Add."}
     )
-    assert chat.conversational and not plain.conversational
+    assert chat.conversational
+    assert not plain.conversational
     picked = chat.eval_rows(2, 0)
     assert prompt_conversations(chat, picked, 2) == [
         [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+1="}],
@@ -144,6 +146,7 @@ def test_trinity_train_and_eval_pass_conversations_to_a_trl_style_function(
     )
     SEEN.clear()
     assert main(["eval", str(run)]) == 0, capsys.readouterr().err
-    assert SEEN["prompts"] and all(p in conversations for p in SEEN["prompts"])
+    assert SEEN["prompts"]
+    assert all(p in conversations for p in SEEN["prompts"])
     assert all(c[0]["role"] == "assistant" for c in SEEN["completions"])
     assert json.loads((run / "eval.json").read_text())["figures"]["eval/greedy_reward"] is not None
