@@ -56,3 +56,27 @@ def test_math_verify_accepts_equivalent_latex() -> None:
     answers = ["$\\frac{1}{2}$", "\\frac{1}{2}", "\\boxed{\\sqrt{2}/2}", "$4$", "Step by step... #### 72"]
     assert score("math_verify", completions, answer=answers) == [1.0, 1.0, 1.0, 0.0, 1.0]
     assert score("math_verify", ["1"], answer=["no math here"]) == [None]
+
+
+@pytest.mark.parametrize(
+    ("name", "completions", "columns"),
+    [
+        ("gsm8k", ["#### 72", "so 1,000", "71"], {"answer": ["#### 72", "#### 1000", "#### 72"]}),
+        ("math_verify", ["\\boxed{\\frac{1}{2}}", "0.5", "$3$"], {"answer": ["0.5", "\\frac{1}{2}", "4"]}),
+        ("format", ["<think>a</think><answer>1</answer>", "<answer>1</answer>", ""], {}),
+    ],
+)
+def test_conversational_completions_score_as_their_text(
+    name: str, completions: list[str], columns: dict[str, Any]
+) -> None:
+    """A messages_key dataset's rewards get TRL's conversational form: same scores as the strings."""
+    if name == "math_verify":
+        pytest.importorskip("math_verify")
+    (fn,) = load_reward_fns([name], {})
+    conversation = [[{"role": "user", "content": "q"}]] * len(completions)
+    prompts = ["q"] * len(completions)
+    as_text = combine_rewards([fn], [1.0], [name], prompts, completions, columns)
+    as_chat = combine_rewards([fn], [1.0], [name], prompts, completions, columns, conversations=conversation)
+    assert as_chat == as_text
+    assert as_text[0] == 1.0
+    assert as_text[2] == 0.0
