@@ -24,6 +24,7 @@ __all__ = [
     "format_figures",
     "hparams",
     "init_trackers",
+    "markdown_table",
     "metric_curve",
     "rl_figures",
     "run_summary",
@@ -141,9 +142,22 @@ def init_trackers(accelerator: Any, config: Any) -> None:
         accelerator.init_trackers("trinity", config=hparams(config))
 
 
+def markdown_table(columns: Sequence[str], data: Sequence[Sequence[Any]]) -> str:
+    """``data`` as a Markdown table (what TensorBoard's text panel renders); pipes and line breaks in
+    the cells are escaped so that each row stays one table row."""
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", "<br>")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in data]
+    return "\n".join(lines)
+
+
 class SampleLog:
     """Every ``every`` steps, ``rows`` prompt/completion/reward rows (one response of each of the first
-    prompts) appended to ``path`` as JSON lines and to the trackers that have a table (``log_table``).
+    prompts) appended to ``path`` as JSON lines and to the trackers that have a table (``log_table``:
+    wandb, ClearML), or to TensorBoard as a Markdown table in its text panel (tag ``samples``).
 
     Args:
         path: the run's ``samples.jsonl`` (None: not written, e.g. on processes other than the main).
@@ -187,10 +201,12 @@ class SampleLog:
         with self.path.open("a", encoding="utf-8") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in rows)
         columns = ["step", "prompt", "completion", "reward"]
+        data = [[r[c] for c in columns] for r in rows]
         for tracker in self.trackers:
             if hasattr(tracker, "log_table"):
-                data = [[r[c] for c in columns] for r in rows]
                 tracker.log_table("samples", columns=columns, data=data, step=step + 1)
+            elif getattr(tracker, "name", None) == "tensorboard":  # no tables: a Markdown one as text
+                tracker.log({"samples": markdown_table(columns, data)}, step=step + 1)
 
 
 class RunReport:
