@@ -19,7 +19,7 @@ from rollout_support import TINY_MODEL
 from trinity_core import registry
 from trinity_core.cli.main import main
 from trinity_core.train import exact_match
-from trinity_core.train.rewards import combine_rewards, completion_text, prompt_conversations
+from trinity_core.train.rewards import RewardError, combine_rewards, completion_text, prompt_conversations
 
 CONVERSATION = [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+2="}]
 SEEN: dict[str, list[Any]] = {}
@@ -150,3 +150,18 @@ def test_trinity_train_and_eval_pass_conversations_to_a_trl_style_function(
     assert all(p in conversations for p in SEEN["prompts"])
     assert all(c[0]["role"] == "assistant" for c in SEEN["completions"])
     assert json.loads((run / "eval.json").read_text())["figures"]["eval/greedy_reward"] is not None
+
+
+def test_a_function_written_for_the_other_form_is_told_which_form_it_got() -> None:
+    with pytest.raises(
+        RewardError, match=r"raised TypeError: .*; it was given strings \(conversations come only"
+    ):
+        combine_rewards([docs_length_reward], [1.0], ["docs"], ["1+2="], ["3"], {})
+
+    def strings_only(completions: list[str], **kwargs: Any) -> list[float]:
+        return [float(c.startswith("3")) for c in completions]
+
+    with pytest.raises(
+        RewardError, match=r"it was given conversations .* because tasks.args.messages_key is set"
+    ):
+        combine_rewards([strings_only], [1.0], ["s"], ["1+2="], ["3"], {}, conversations=[CONVERSATION])

@@ -136,6 +136,19 @@ def _value(name: str, value: Any, index: int, prompt: str, completion: str) -> f
     return number
 
 
+def _form_hint(exc: Exception, conversational: bool) -> str:
+    """For a TypeError or AttributeError (maybe a function written for the other form of completions),
+    the form it was given."""
+    if not isinstance(exc, TypeError | AttributeError):
+        return ""
+    if conversational:
+        return (
+            '; it was given conversations (prompts as message lists, completions as [{"role": '
+            '"assistant", "content": ...}]) because tasks.args.messages_key is set'
+        )
+    return "; it was given strings (conversations come only from tasks.args.messages_key)"
+
+
 def combine_rewards(
     fns: Sequence[RewardFn],
     weights: Sequence[float],
@@ -172,7 +185,7 @@ def combine_rewards(
             # A user's function failed: name it; the traceback stays on the chain for --debug.
             raise RewardError(
                 f"reward function {name!r} raised {type(exc).__name__}: {exc}; fix the function "
-                "(trinity train --debug shows the traceback)"
+                f"(trinity train --debug shows the traceback){_form_hint(exc, conversations is not None)}"
             ) from exc
         if isinstance(returned, str | bytes) or not isinstance(returned, Iterable):
             raise RewardError(
