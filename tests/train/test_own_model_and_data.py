@@ -141,3 +141,43 @@ def test_the_section_runs_as_written(
     trainer_ids = encode_prompts(tokenizer, texts, torch.device("cpu"))[0]
     assert namespace["ids"]["input_ids"].tolist() == trainer_ids.tolist()
     assert texts[0].endswith("<|im_start|>assistant\n")
+
+
+def test_the_reward_function_blocks_work_in_the_form_the_dataset_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``my_rewards.py`` as written: ``answer_length`` on strings, ``has_final_answer`` on the
+    conversations a ``messages_key`` dataset (the section's ``chat.jsonl`` row) gives; the entry points
+    name them."""
+    import tomllib
+
+    import datasets
+
+    from trinity_core import registry
+    from trinity_core.train.rewards import combine_rewards, prompt_conversations, required_fields
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    blocks = section_blocks()
+    namespace: dict[str, Any] = {}
+    exec(compile(blocks["python"][1], "my_rewards.py", "exec"), namespace)
+    points = tomllib.loads(blocks["toml"][0])["project"]["entry-points"]["trinity_core.reward_fns"]
+    assert points == {name: f"my_rewards:{name}" for name in ("answer_length", "has_final_answer")}
+    assert required_fields(namespace["has_final_answer"]) == ["answer"]
+
+    (row,) = [json.loads(line) for line in blocks["json"][1].splitlines() if line.strip()]
+    data = tmp_path / "chat.jsonl"
+    data.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    task = registry.create("task", "dataset", {"path": str(data), "messages_key": "messages"})
+    rows = task.eval_rows(1, 0)
+    got = combine_rewards(
+        [namespace["has_final_answer"]],
+        [1.0],
+        ["has_final_answer"],
+        [rows[0]["prompt"]] * 2,
+        ["3 + 4 = 7\n#### 7", "#### 8"],
+        {"answer": [rows[0]["answer"]] * 2},
+        conversations=prompt_conversations(task, rows, 2),
+    )
+    assert got[0] == 1.0
+    assert got[1] == 0.0
+    assert namespace["answer_length"](completions=["7", "x" * 300]) == [1.0, 0.0]
