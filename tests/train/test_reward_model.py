@@ -83,6 +83,9 @@ def test_with_a_chat_template_the_conversation_is_scored(tmp_path: Path) -> None
         [_alone(fn, "u:1+1=;a:2;")], abs=1e-5
     )
     assert fn.texts(["1+1="], ["2"], None) == ["1+1=2"]  # no conversation: prompt and completion
+    # TRL's conversational form (a messages_key dataset): the same conversation, the same score.
+    conversational = combine_rewards([fn], [1.0], ["rm"], ["1+1="], ["2"], {}, conversations=messages)
+    assert conversational == pytest.approx([_alone(fn, "u:1+1=;a:2;")], abs=1e-5)
 
 
 def test_unusable_reward_models_are_one_clear_error(folder: Path, tmp_path: Path) -> None:
