@@ -42,7 +42,7 @@ CONFIG: dict[str, Any] = {
         }
     },
 }
-FILES = ("model.safetensors", "critic.safetensors", "critic-optimizer.safetensors")
+FILES = ("model.safetensors", "model_1.safetensors")  # Accelerate's names: the policy, the critic
 
 
 def final(run: Path, name: str) -> dict[str, torch.Tensor]:
@@ -85,7 +85,7 @@ def test_resume_without_the_critic_files_is_refused(tmp_path: Path) -> None:
     register_length_reward()
     run = tmp_path / "run"
     train({**CONFIG, "trainer": {**CONFIG["trainer"], "total_steps": 2}}, run_dir=run)
-    (run / "checkpoints" / "step-000002" / "critic.safetensors").unlink()
+    (run / "checkpoints" / "step-000002" / "model_1.safetensors").unlink()
     (run / "checkpoints" / "step-000002" / "manifest.json").unlink()  # as an older checkpoint would be
-    with pytest.raises(CheckpointError, match=r"holds no critic \(critic.safetensors missing\)"):
+    with pytest.raises(CheckpointError, match=r"holds no critic \(model_1.safetensors missing\)"):
         train(resume=run, overrides=["trainer.total_steps=3"])
