@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import torch
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train.checkpoint import CheckpointError
 
-__all__ = ["BufferCursor", "RankStates", "load_run", "register", "save_run"]
+__all__ = ["BufferCursor", "RankStates", "SchedulerState", "load_run", "register", "save_run"]
 
 STATE = "state.json"
 LAYOUT = "accelerate"
@@ -94,11 +95,40 @@ class BufferCursor:
             self.reader.load_state_dict(state)
 
 
+class SchedulerState:
+    """The learner's LR scheduler, for ``register_for_checkpointing``."""
+
+    def __init__(self, scheduler: Any) -> None:
+        """Wrap ``scheduler`` (a ``torch.optim.lr_scheduler.LRScheduler``)."""
+        self.scheduler = scheduler
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scheduler's state."""
+        return dict(self.scheduler.state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the scheduler's state."""
+        self.scheduler.load_state_dict(state)
+
+
+_REGISTERED: weakref.WeakKeyDictionary[Any, tuple[SchedulerState, BufferCursor, RankStates]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def register(accelerator: Any, learner: Any, task_generator: torch.Generator, task: Any) -> None:
-    """Register the run's non-model states with ``accelerator`` (once, before any save or load)."""
-    accelerator.register_for_checkpointing(
-        learner.scheduler, BufferCursor(learner.reader), RankStates(accelerator, task_generator, task)
-    )
+    """Register the run's non-model states with ``accelerator`` before any save or load.
+
+    A second trainer on the same accelerator (the Python API allows it) takes over the objects the
+    first registered: Accelerate cannot unregister, and ``load_state`` wants one file per object.
+    """
+    held = _REGISTERED.get(accelerator)
+    if held is None:
+        held = (SchedulerState(None), BufferCursor(None), RankStates(accelerator, task_generator, task))
+        accelerator.register_for_checkpointing(*held)
+        _REGISTERED[accelerator] = held
+    held[0].scheduler, held[1].reader = learner.scheduler, learner.reader
+    held[2].task_generator, held[2].task = task_generator, task
 
 
 def save_run(run_dir: Path, step: int, accelerator: Any, keep: int) -> None:

@@ -142,6 +142,7 @@ class Runner:
         ref = self._reference(model)
         optimizer = make_optimizer(model, tcfg)
         scheduler = lr_scheduler(optimizer, tcfg.lr_scheduler, tcfg.warmup_steps, self.total_steps)
+        accelerator.free_memory()  # what save_state writes is this trainer's: drop an earlier one's models
         model, optimizer = accelerator.prepare(model, optimizer)
         ref = ref.to(accelerator.device) if ref is not None else None
         expert = load_expert_data(config, tokenizer, self.rank)  # data.expert_path (mix, mix_chord)
