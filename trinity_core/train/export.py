@@ -94,7 +94,7 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
 def _policy_weights(checkpoint: Path, load_file: Any) -> dict[str, Any]:
     """The policy's state dict in ``checkpoint`` (either layout: both name it ``model.safetensors``).
 
-    Accelerate saves the prepared model as wrapped: under DDP every key starts with ``module.``.
+    Accelerate saves a prepared model without unwrapping it: a wrapper's ``module.`` prefix is taken off.
 
     Raises:
         ExportError: the checkpoint holds sharded FSDP weights (no ``model.safetensors``).
