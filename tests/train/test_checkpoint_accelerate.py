@@ -72,7 +72,6 @@ def test_two_processes_save_resume_and_equal_an_uninterrupted_run(two_process_ru
             torch.load(d / f"random_states_{rank}.pkl", weights_only=False) for d in (straight, resumed)
         )
         assert torch.equal(rng_a["torch_manual_seed"], rng_b["torch_manual_seed"]), rank
-        assert rng_a["random_state"] == rng_b["random_state"], rank
     ranks_a, ranks_b = (
         torch.load(d / "custom_checkpoint_2.pkl", weights_only=False)["ranks"] for d in (straight, resumed)
     )

@@ -71,6 +71,13 @@ def test_killed_and_resumed_ppo_run_matches_uninterrupted_run(tmp_path: Path) ->
         assert a.keys() == b.keys()
         for key in a:
             torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=f"{name}: {key}")
+    opt_a, opt_b = (
+        torch.load(run / "checkpoints" / "step-000005" / "optimizer_1.bin", weights_only=True)
+        for run in (straight, killed)
+    )  # the critic's optimizer (Accelerate's second)
+    for idx, state in opt_a["state"].items():
+        for key, value in state.items():
+            torch.testing.assert_close(opt_b["state"][idx][key], value, rtol=0, atol=0, msg=f"{idx}.{key}")
     rows = [
         [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         for run in (straight, killed)
