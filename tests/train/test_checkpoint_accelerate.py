@@ -7,17 +7,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import ckpt_dist_worker as worker
 import pytest
 import torch
 import yaml
 from reliability_driver import register_length_reward
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from test_train_distributed import free_port
 
 from trinity_core.cli.main import main
@@ -141,3 +143,65 @@ def test_a_checkpoint_of_another_mixed_precision_is_refused_and_kept(
     assert code == 0, err
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1.0, 2.0, 3.0]
+
+
+def _write_legacy_checkpoint(trainer: Any, step: int) -> None:
+    """The checkpoint layout before Accelerate's ``save_state``, as trinity-core wrote it, for ``trainer``."""
+    from trinity_core.train import checkpoint as ckpt
+
+    root = trainer.run_dir / "checkpoints"
+    tmp = ckpt.begin(root, step)
+    policy = trainer.learner.policy
+    tied = policy.config.tie_word_embeddings
+    state = {
+        k: v.detach().contiguous()
+        for k, v in policy.state_dict().items()
+        if not (tied and k == "lm_head.weight")
+    }
+    save_file(state, str(tmp / "model.safetensors"))
+    tensors, structure = ckpt.optimizer_state_tensors(trainer.learner.optimizer.state_dict())
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    (tmp / "optimizer.json").write_text(json.dumps(structure))
+    version, internal, gauss = random.getstate()
+    meta = {
+        "step": step,
+        "world_size": 1,
+        "scheduler": trainer.learner.scheduler.state_dict(),
+        "buffer": trainer.learner.reader.state_dict(),
+        "python_rng": [version, list(internal), gauss],
+    }
+    (tmp / "state.json").write_text(json.dumps(meta))
+    save_file(
+        {"cpu": torch.get_rng_state(), "task": trainer.task_gen.get_state()},
+        str(tmp / "rng-rank0.safetensors"),
+    )
+    ckpt.commit(root, tmp, step, keep=2)
+
+
+def test_a_checkpoint_of_the_layout_before_accelerate_still_resumes(tmp_path: Path) -> None:
+    from trinity_core.config import resolve_config
+    from trinity_core.train import train
+    from trinity_core.train.loop import Trainer
+    from trinity_core.train.run import make_accelerator
+
+    register_length_reward()
+    config = {**worker.CONFIG, "trainer": {**worker.CONFIG["trainer"], "checkpoint_every": 1}}
+    train(config, run_dir=tmp_path / "straight")
+    run = tmp_path / "old"
+    train(config, overrides=["trainer.total_steps=2"], run_dir=run)
+    # The state of step 2, restored from the new layout, written again in the old one in its place.
+    resolved = resolve_config(yaml.safe_load((run / "config.yaml").read_text()))
+    trainer = Trainer(resolved, run, accelerator=make_accelerator(resolved, run), resume=True)
+    trainer.event_loop.close()
+    for path in (run / "checkpoints").glob("step-*"):
+        shutil.rmtree(path)
+    _write_legacy_checkpoint(trainer, 2)
+    assert (run / "checkpoints" / "step-000002" / "rng-rank0.safetensors").is_file()
+    train(None, resume=run, overrides=["trainer.total_steps=4"])
+    a, b = (
+        load_file(str(r / "checkpoints" / "step-000004" / "model.safetensors"))
+        for r in (tmp_path / "straight", run)
+    )
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
