@@ -53,9 +53,9 @@ def _install_pause(where: str, step: int, marker: str) -> None:
         target = step
         get_plugin_manager().register(PauseAfter(), name="pause-after")
     elif where == "in_save":
-        import safetensors.torch
+        import accelerate.utils.other as writer  # Accelerate's binding of safetensors' save_file
 
-        real_save = safetensors.torch.save_file
+        real_save = writer.safe_save_file
 
         def save_file(tensors: Any, filename: str, *args: Any, **kwargs: Any) -> None:
             real_save(tensors, filename, *args, **kwargs)
@@ -64,7 +64,7 @@ def _install_pause(where: str, step: int, marker: str) -> None:
                 os.truncate(path, path.stat().st_size // 2)
                 _pause(marker)
 
-        safetensors.torch.save_file = save_file
+        writer.safe_save_file = save_file
     elif where == "in_commit":
         real_replace = os.replace
 

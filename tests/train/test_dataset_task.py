@@ -331,7 +331,7 @@ def test_resume_continues_the_dataset_order_and_the_run_ends_with_a_loadable_mod
     train(config, overrides=["trainer.total_steps=2"], run_dir=tmp_path / "resumed")
     train(None, resume=tmp_path / "resumed", overrides=["trainer.total_steps=4"])
     assert seen[2:] == straight[2:]  # the prompts of steps 3 and 4, in order (16 rows: epoch wraps)
-    assert (tmp_path / "resumed" / "checkpoints" / "step-000004" / "task-rank0.json").is_file()
+    assert (tmp_path / "resumed" / "checkpoints" / "step-000004" / "custom_checkpoint_2.pkl").is_file()
     weights = [
         AutoModelForCausalLM.from_pretrained(tmp_path / run / "model").state_dict()
         for run in ("straight", "resumed")

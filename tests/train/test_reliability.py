@@ -161,9 +161,9 @@ def test_a_run_dir_under_a_file_is_one_line(
 def test_disk_full_while_saving_keeps_the_last_checkpoint(
     cli: Callable[..., tuple[int, str]], config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import safetensors.torch
+    import accelerate.utils.other as writer  # Accelerate's binding of safetensors' save_file
 
-    real = safetensors.torch.save_file
+    real = writer.safe_save_file
 
     def full_at_step_2(tensors: Any, filename: str, *args: Any, **kwargs: Any) -> None:
         if ".tmp-step-000002" in str(filename):
@@ -171,7 +171,7 @@ def test_disk_full_while_saving_keeps_the_last_checkpoint(
         real(tensors, filename, *args, **kwargs)
 
     run = tmp_path / "run"
-    monkeypatch.setattr(safetensors.torch, "save_file", full_at_step_2)
+    monkeypatch.setattr(writer, "safe_save_file", full_at_step_2)
     code, err = cli("--config", config_file, "--run-dir", run)
     assert code == 1
     assert one_line(err) == (
@@ -179,7 +179,7 @@ def test_disk_full_while_saving_keeps_the_last_checkpoint(
         f"space, then resume: checkpoint step-000001 is intact: continue with trinity train --resume {run}"
     )
     assert metric_steps(run) == [1.0, 2.0]  # written before the failing save, kept
-    monkeypatch.setattr(safetensors.torch, "save_file", real)
+    monkeypatch.setattr(writer, "safe_save_file", real)
     code, err = cli("--resume", run)
     assert code == 0, err
     assert metric_steps(run) == [1.0, 2.0]
@@ -381,7 +381,7 @@ def _alter_state(path: Path) -> None:  # same size, other bytes
     ("name", "damage", "problem"),
     [
         ("model.safetensors", _truncate, "model.safetensors has 100 bytes, {size} were written"),
-        ("optimizer.safetensors", Path.unlink, "optimizer.safetensors is missing"),
+        ("optimizer.bin", Path.unlink, "optimizer.bin is missing"),
         (
             "state.json",
             lambda p: p.write_text('{"step": 2, "wor'),
@@ -416,13 +416,13 @@ def test_resume_with_no_intact_checkpoint_is_one_line(
     cli: Callable[..., tuple[int, str]], run_copy: Path
 ) -> None:
     for step in (1, 2):
-        (run_copy / "checkpoints" / f"step-{step:06d}" / "optimizer.json").unlink()
+        (run_copy / "checkpoints" / f"step-{step:06d}" / "optimizer.bin").unlink()
     code, err = cli("--resume", run_copy)
     root = run_copy / "checkpoints"
     assert code == 1
     assert one_line(err) == (
-        f"trinity train: error: checkpoint {root / 'step-000002'} is damaged: optimizer.json is missing; "
-        f"checkpoint {root / 'step-000001'} is damaged: optimizer.json is missing; no intact checkpoint is "
+        f"trinity train: error: checkpoint {root / 'step-000002'} is damaged: optimizer.bin is missing; "
+        f"checkpoint {root / 'step-000001'} is damaged: optimizer.bin is missing; no intact checkpoint is "
         f"left in {root}: start a new run (--overwrite)"
     )
 

@@ -67,7 +67,7 @@ def test_warmup_trains_only_the_critic_and_export_is_the_policy(tmp_path: Path) 
     initial = tiny_model(len(policy["model.embed_tokens.weight"]), SMALL, seed=0).state_dict()
     for name, tensor in policy.items():
         torch.testing.assert_close(tensor, initial[name], rtol=0, atol=0, msg=name)
-    critic = load_file(str(step / "critic.safetensors"))
+    critic = load_file(str(step / "model_1.safetensors"))  # Accelerate's name for the second model
     assert critic["score.weight"].shape == (1, SMALL["hidden_size"])
     assert not torch.equal(critic["model.embed_tokens.weight"], initial["model.embed_tokens.weight"])
     assert main(["export", str(tmp_path / "warm"), str(tmp_path / "exported")]) == 0

@@ -42,7 +42,7 @@ CONFIG: dict[str, Any] = {
         }
     },
 }
-FILES = ("model.safetensors", "critic.safetensors", "critic-optimizer.safetensors")
+FILES = ("model.safetensors", "model_1.safetensors")  # Accelerate's names: the policy, the critic
 
 
 def final(run: Path, name: str) -> dict[str, torch.Tensor]:
@@ -71,6 +71,13 @@ def test_killed_and_resumed_ppo_run_matches_uninterrupted_run(tmp_path: Path) ->
         assert a.keys() == b.keys()
         for key in a:
             torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=f"{name}: {key}")
+    opt_a, opt_b = (
+        torch.load(run / "checkpoints" / "step-000005" / "optimizer_1.bin", weights_only=True)
+        for run in (straight, killed)
+    )  # the critic's optimizer (Accelerate's second)
+    for idx, state in opt_a["state"].items():
+        for key, value in state.items():
+            torch.testing.assert_close(opt_b["state"][idx][key], value, rtol=0, atol=0, msg=f"{idx}.{key}")
     rows = [
         [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         for run in (straight, killed)
@@ -85,7 +92,7 @@ def test_resume_without_the_critic_files_is_refused(tmp_path: Path) -> None:
     register_length_reward()
     run = tmp_path / "run"
     train({**CONFIG, "trainer": {**CONFIG["trainer"], "total_steps": 2}}, run_dir=run)
-    (run / "checkpoints" / "step-000002" / "critic.safetensors").unlink()
+    (run / "checkpoints" / "step-000002" / "model_1.safetensors").unlink()
     (run / "checkpoints" / "step-000002" / "manifest.json").unlink()  # as an older checkpoint would be
-    with pytest.raises(CheckpointError, match=r"holds no critic \(critic.safetensors missing\)"):
+    with pytest.raises(CheckpointError, match=r"holds no critic \(model_1.safetensors missing\)"):
         train(resume=run, overrides=["trainer.total_steps=3"])

@@ -6,8 +6,9 @@ Modules: :mod:`~trinity_core.train.model` (policy and tokenizer), :mod:`~trinity
 parts of a step), :mod:`~trinity_core.train.synchronizer`, :mod:`~trinity_core.train.runner` (the
 modes), :mod:`~trinity_core.train.teacher` and :mod:`~trinity_core.train.expert` (distillation's
 teacher, MIX's expert rows), :mod:`~trinity_core.train.loop` (``Trainer``),
-:mod:`~trinity_core.train.checkpoint`, :mod:`~trinity_core.train.profile`, :mod:`~trinity_core.train.plot`,
-:mod:`~trinity_core.train.run`.
+:mod:`~trinity_core.train.checkpoint` (atomic commit, manifest) with
+:mod:`~trinity_core.train.checkpoint_state` (Accelerate's ``save_state``), :mod:`~trinity_core.train.profile`,
+:mod:`~trinity_core.train.plot`, :mod:`~trinity_core.train.run`.
 
 Training needs ``pip install 'trinity-core[train]'``; without it :func:`train` raises
 :class:`~trinity_core.extras.MissingExtraError` naming that line. The tasks and reward functions import

@@ -12,7 +12,7 @@ The default critic is the policy's architecture and initial weights with a scala
   same global normalizers as the policy loss (:func:`~trinity_core.ops.global_normalizers`);
 * during the first ``critic.warmup_steps`` steps only the critic learns (:meth:`Critic.warming_up`).
 
-Checkpoints hold the critic's weights and optimizer next to the policy's (:meth:`Critic.save`).
+Checkpoints hold the critic's weights and optimizer next to the policy's (Accelerate's ``save_state``).
 """
 
 from __future__ import annotations
@@ -172,20 +172,9 @@ class Critic:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def save(self, directory: Path) -> None:
-        """Write the critic's weights and optimizer state into the checkpoint ``directory`` (main rank)."""
-        from safetensors.torch import save_file
-
-        from trinity_core.train.checkpoint import optimizer_state_tensors
-
-        state = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
-        save_file(state, str(directory / FILES[0]))
-        tensors, structure = optimizer_state_tensors(self.optimizer.state_dict())
-        save_file(tensors, str(directory / FILES[1]))
-        (directory / FILES[2]).write_text(json.dumps(structure), encoding="utf-8")
-
     def load(self, directory: Path) -> None:
-        """Restore what :meth:`save` wrote into ``directory``.
+        """Restore the critic of a checkpoint written before checkpoints went through Accelerate (which now
+        saves the critic as ``model_1.safetensors`` / ``optimizer_1.bin``).
 
         Raises:
             CheckpointError: the checkpoint holds no critic, or one that does not fit this critic.

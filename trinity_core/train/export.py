@@ -79,9 +79,7 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
     )
     if mcfg.lora is not None:  # the checkpoint holds the PEFT model's weights
         model = add_lora(model, mcfg.lora)
-    missing, unexpected = model.load_state_dict(
-        load_file(str(checkpoint / "model.safetensors")), strict=False
-    )
+    missing, unexpected = model.load_state_dict(_policy_weights(checkpoint, load_file), strict=False)
     if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
         raise ExportError(
             f"{checkpoint}: the weights do not fit the model of {run_dir / CONFIG_FILE} (missing {missing}, "
@@ -91,6 +89,30 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
         model.tie_weights()
     model.eval()
     return model, tokenizer, config
+
+
+def _policy_weights(checkpoint: Path, load_file: Any) -> dict[str, Any]:
+    """The policy's state dict in ``checkpoint`` (either layout: both name it ``model.safetensors``).
+
+    Accelerate saves a prepared model without unwrapping it: a wrapper's ``module.`` prefix is taken off.
+
+    Raises:
+        ExportError: the checkpoint holds sharded FSDP weights (no ``model.safetensors``).
+    """
+    path = checkpoint / "model.safetensors"
+    if not path.is_file():
+        shards = sorted(p.name for p in checkpoint.glob("pytorch_model_fsdp*"))
+        hint = (
+            f"merge them first: accelerate merge-weights {checkpoint / shards[0]} OUT_DIR"
+            if shards
+            else "export another --step"
+        )
+        raise ExportError(f"{checkpoint} holds no model.safetensors ({shards or 'no weights'}); {hint}")
+    state = load_file(str(path))
+    prefix = "module."
+    if state and all(k.startswith(prefix) for k in state):
+        state = {k[len(prefix) :]: v for k, v in state.items()}
+    return dict(state)
 
 
 def _bos_first(tokenizer: Any) -> None:

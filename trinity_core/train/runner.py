@@ -32,7 +32,7 @@ from trinity_core.buffer import make_buffer
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.hooks import get_plugin_manager, notify_metrics
 from trinity_core.train import checkpoint as ckpt
-from trinity_core.train import reporting
+from trinity_core.train import checkpoint_state, reporting
 from trinity_core.train.async_mode import run_async
 from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
 from trinity_core.train.expert import load_expert_data
@@ -142,6 +142,7 @@ class Runner:
         ref = self._reference(model)
         optimizer = make_optimizer(model, tcfg)
         scheduler = lr_scheduler(optimizer, tcfg.lr_scheduler, tcfg.warmup_steps, self.total_steps)
+        accelerator.free_memory()  # what save_state writes is this trainer's: drop an earlier one's models
         model, optimizer = accelerator.prepare(model, optimizer)
         ref = ref.to(accelerator.device) if ref is not None else None
         expert = load_expert_data(config, tokenizer, self.rank)  # data.expert_path (mix, mix_chord)
@@ -187,9 +188,12 @@ class Runner:
             prompter=prompter,
         )
         self.outputs = RunOutputs(self)  # eval_every, export_every and the model at the end
+        checkpoint_state.register(accelerator, self.learner, self.task_gen, self.task)
         if resume:
             try:
-                self.start_step = ckpt.load_run(run_dir, accelerator, self.learner, self.task_gen, self.task)
+                self.start_step = checkpoint_state.load_run(
+                    run_dir, accelerator, self.learner, self.task_gen, self.task
+                )
             except BaseException:
                 self.event_loop.close()
                 raise
@@ -365,7 +369,7 @@ class Runner:
     def save_checkpoint(self, step: int) -> None:
         """Write the checkpoint of ``step`` atomically (every rank writes its RNG state)."""
         keep = self.config.trainer.keep_checkpoints
-        ckpt.save_run(self.run_dir, step, self.acc, self.learner, self.task_gen, keep, self.task)
+        checkpoint_state.save_run(self.run_dir, step, self.acc, keep)
 
     # ------------------------------------------------------------------ the end of the run
 
