@@ -37,18 +37,22 @@ def test_cut_widths_follow_the_micro_batch_and_drop_an_unneeded_mask() -> None:
     assert cut.prompt_width == 3
     assert cut.input_ids.shape == (2, 3 + 2)
     assert torch.equal(cut.input_ids, ids[rows][:, 1:6])
-    assert cut.attention_mask is not None and cut.attention_mask.shape == (2, 5)
+    assert cut.attention_mask is not None
+    assert cut.attention_mask.shape == (2, 5)
     assert cut.columns["action_mask"].shape == (2, 2)
     assert torch.equal(cut.columns["adv"], torch.ones(2))  # a per-row column is passed as it is
     # Row 1 alone: its prompt fills the width, so the mask is dropped (the plain causal path).
     alone = trim_micro_batch(ids[1:2], attn[1:2], 4, {"action_mask": action[1:2]})
-    assert alone.attention_mask is None and alone.prompt_width == 4 and alone.input_ids.shape == (1, 7)
+    assert alone.attention_mask is None
+    assert alone.prompt_width == 4
+    assert alone.input_ids.shape == (1, 7)
 
 
 def test_a_micro_batch_that_selects_nothing_keeps_one_response_column() -> None:
     ids, attn, action = _batch([2, 2], [2, 2], seed=1)
     cut = trim_micro_batch(ids, attn, 2, {"action_mask": torch.zeros_like(action)})
-    assert cut.input_ids.shape == (2, 3) and cut.columns["action_mask"].shape == (2, 1)
+    assert cut.input_ids.shape == (2, 3)
+    assert cut.columns["action_mask"].shape == (2, 1)
 
 
 def _loss_and_grads(

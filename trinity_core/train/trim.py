@@ -53,4 +53,3 @@ def trim_micro_batch(
     ids = input_ids[:, P - p : P + width]
     cut = {k: v[:, :width] if v.dim() == 2 and v.shape[1] == R else v for k, v in columns.items()}
     return Trimmed(ids, attention_mask, p, cut)
-
