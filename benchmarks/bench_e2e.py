@@ -137,6 +137,7 @@ def run_trinity(a: argparse.Namespace) -> dict[str, Any]:
             "progress": False,
             "trackers": [],
             "log_samples_every": 0,
+            "micro_batch_size": a.micro_batch or None,
         },
         "tasks": {"name": "last_digit", "reward_fns": ["exact_match"], "eval_size": 0},
         "model": {"model_path": None, "config": _model_config(a.size)},
@@ -299,6 +300,7 @@ def spawn(
     python = a.trl_python if side == "trl" else sys.executable
     cmd = [python, __file__, "--child", side, "--size", size, "--seed", str(seed), "--steps", str(steps)]
     cmd += ["--stack", a.stack, "--prompts", str(a.prompts), "--group", str(a.group), *extra]
+    cmd += ["--micro-batch", str(a.micro_batch)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -321,7 +323,9 @@ def per_step(a: argparse.Namespace, sizes: list[str], folder: Path) -> None:
     """Median ms per step (first steps dropped), phase split and peak RSS, sides interleaved."""
     print(f"load at start: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
     print(
-        f"{a.prompts} prompts x {a.group} responses per step, {a.steps} steps per run, {a.reps} runs per side"
+        f"{a.prompts} prompts x {a.group} responses per step, {a.steps} steps per run, "
+        f"{a.reps} runs per side, "
+        f"trinity micro_batch_size {a.micro_batch or None}"
     )
     print("| stack | size | side | ms/step (median) | generation | fwd+bwd | optimizer | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|")
@@ -376,6 +380,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the median")
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=0,
+        help="trinity's trainer.micro_batch_size (0: whole batch); the group size G cuts a step into "
+        "one prompt's rows per micro-batch, each trimmed to its own widths (same loss)",
+    )
     p.add_argument("--reward-time", action="store_true")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--max-steps", type=int, default=300)

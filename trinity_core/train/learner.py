@@ -42,6 +42,7 @@ from trinity_core.train.offline import StoredExperiences
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.synchronizer import keep_fresh
 from trinity_core.train.teacher import load_teacher, score_with_teacher
+from trinity_core.train.trim import trim_micro_batch
 from trinity_core.train.update import micro_batches, response_logprobs, row_ranges, row_tokens
 
 __all__ = ["Learner", "check_loss_inputs"]
@@ -323,8 +324,10 @@ class Learner:
             ctx = contextlib.nullcontext() if i == len(micro) - 1 else acc.no_sync(self.model)
             with self.profiler.section("forward_backward"), ctx:
                 sub_attn = None if attn is None else attn[m]
-                sub = {k: v[m] for k, v in columns.items()}
-                loss, terms = self._loss(ids[m], sub_attn, P, sub, scale, pg_scale)
+                cut = trim_micro_batch(ids[m], sub_attn, P, {k: v[m] for k, v in columns.items()})
+                loss, terms = self._loss(
+                    cut.input_ids, cut.attention_mask, cut.prompt_width, cut.columns, scale, pg_scale
+                )
                 acc.backward(loss)
             terms_list.append(terms)
         return terms_list
