@@ -124,6 +124,12 @@ class ModelConfig(Section):
     lora: LoraSettings | None = Field(
         default=None, description="Train LoRA adapters instead of the full model; unset: full fine-tuning."
     )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="dtype the policy's weights are loaded in (TRL's torch_dtype). auto: with model.lora "
+        "and trainer.mixed_precision bf16/fp16, the frozen base in that dtype (adapters and their optimizer "
+        "state stay float32); otherwise float32. Low precision needs model.lora; float16 needs CUDA.",
+    )
     critic_path: str | None = Field(
         default=None,
         description=(
