@@ -53,7 +53,8 @@ def test_lora_over_a_bf16_base_trains_the_float32_adapters_against_that_same_bas
 
     # The reference is the policy's own bf16 base with the adapters off: no copy, and exactly the bf16
     # model that the config builds.
-    assert isinstance(ref, AdapterDisabled) and ref.model is policy
+    assert isinstance(ref, AdapterDisabled)
+    assert ref.model is policy
     built, _ = load_policy(
         None, None, t.config.model.config, t.task.alphabet(), seed=t.config.trainer.seed, dtype=torch.bfloat16
     )
@@ -71,7 +72,8 @@ def test_lora_over_a_bf16_base_trains_the_float32_adapters_against_that_same_bas
     assert all(float(moved[n].abs().max()) > 0 for n in adapters if "lora_B" in n)  # trained
     assert all(float(moved[n].abs().max()) == 0 for n in base)  # the base did not move
     state = t.learner.optimizer.state_dict()["state"]
-    assert state and {s["exp_avg"].dtype for s in state.values()} == {torch.float32}
+    assert state
+    assert {s["exp_avg"].dtype for s in state.values()} == {torch.float32}
     after_ref = logprobs(ref, ids, None, worker.PROMPT, False)[0]
     after_policy = logprobs(policy, ids, None, worker.PROMPT, False)[0]
     assert after_ref.dtype == torch.float32  # log-probs stay float32 over a bf16 model

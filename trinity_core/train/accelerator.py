@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.train.sharding import warn_sharding_fallback
 from trinity_core.train.weights import check_weights_dtype
 
 __all__ = ["check_launch", "check_precision", "make_accelerator"]
@@ -69,6 +70,7 @@ def make_accelerator(config: ResolvedConfig, run_dir: Path) -> Any:
         project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir / "logs")),
     )
     check_launch(acc.num_processes, os.environ)
+    warn_sharding_fallback(acc.distributed_type, os.environ, acc.is_main_process)  # FSDP asked, DDP ran
     return acc
 
 
