@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/gpu_sync_check.py`` (four one-step runs of the tiny default; not yet timed).
 For each of ``grpo`` (advantages in the explorer) and ``ppo`` (GAE in the trainer, a critic), with a k3
-KL loss and the entropy loss on, each with ``trainer.mixed_precision`` ``no`` and ``bf16``, it builds the tiny default run on ``cuda`` and runs one step with
+KL loss and the entropy loss on, each with ``trainer.mixed_precision`` ``no`` and ``bf16``, it builds
+the tiny default run on ``cuda`` and runs one step with
 :func:`trinity_core.train.syncs.strict_loss_path` active: the policy loss, the KL and entropy losses and
 the trainer-side advantage run under ``torch.cuda.set_sync_debug_mode("error")`` and with
 ``Tensor.item`` / ``tolist`` / ``bool()`` / ... refused. Prints ``PASS`` and exits 0 when every step
