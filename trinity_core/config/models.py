@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 
 from trinity_core.components import LossAggMode  # one definition, shared with the loss components
 from trinity_core.config.base import Section
@@ -123,6 +123,12 @@ class ModelConfig(Section):
     )
     lora: LoraSettings | None = Field(
         default=None, description="Train LoRA adapters instead of the full model; unset: full fine-tuning."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="dtype the policy's weights are loaded in (TRL's torch_dtype). auto: with model.lora "
+        "and trainer.mixed_precision bf16/fp16, the frozen base in that dtype (adapters and their optimizer "
+        "state stay float32); otherwise float32. Low precision needs model.lora; float16 needs CUDA.",
     )
     critic_path: str | None = Field(
         default=None,
@@ -239,6 +245,13 @@ class TrainerConfig(Section):
         description="Accelerate's mixed precision (autocast; weights stay float32, log-probs and loss "
         "statistics are float32); fp16 needs CUDA. Also read as the older key trainer.precision.",
     )
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _bare_no(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare ``no`` (``--set trainer.mixed_precision=no``) as false: it means "no"."""
+        return "no" if value is False else value
+
     gradient_checkpointing: bool = Field(
         default=False,
         description="Recompute activations in the backward pass (transformers', non-reentrant).",

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.train.sharding import warn_sharding_fallback
+from trinity_core.train.weights import check_weights_dtype
 
 __all__ = ["check_launch", "check_precision", "make_accelerator"]
 
@@ -41,7 +43,7 @@ def make_accelerator(config: ResolvedConfig, run_dir: Path) -> Any:
     """An ``Accelerator`` for the config; checks that the launcher's processes all joined the run.
 
     Raises:
-        ConfigError: CUDA asked for but absent, or fp16 on CPU.
+        ConfigError: CUDA asked for but absent, fp16 on CPU, or a ``model.dtype`` it refuses.
         LaunchError: ``WORLD_SIZE`` says N processes but Accelerate sees another number (e.g.
             ``accelerate launch --cpu --num_processes 2``, or ``--multi_gpu`` without a usable backend).
     """
@@ -54,6 +56,7 @@ def make_accelerator(config: ResolvedConfig, run_dir: Path) -> Any:
     if tcfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError([ConfigProblem("trainer.device", "cuda requested but no CUDA device is available")])
     check_precision(tcfg.mixed_precision, cpu)
+    check_weights_dtype(config, cpu)  # model.dtype
     _forget_other_precision(tcfg.mixed_precision)
     if tcfg.threads is not None:
         torch.set_num_threads(tcfg.threads)
@@ -67,6 +70,7 @@ def make_accelerator(config: ResolvedConfig, run_dir: Path) -> Any:
         project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir / "logs")),
     )
     check_launch(acc.num_processes, os.environ)
+    warn_sharding_fallback(acc.distributed_type, os.environ, acc.is_main_process)  # FSDP asked, DDP ran
     return acc
 
 

@@ -72,11 +72,18 @@ def build_char_tokenizer(alphabet: Iterable[str]) -> Any:
     return tok
 
 
-def tiny_model(vocab_size: int, overrides: Mapping[str, Any] | None = None, *, seed: int = 0) -> Any:
+def tiny_model(
+    vocab_size: int,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
+) -> Any:
     """A randomly initialised causal LM from :data:`TINY_QWEN2` updated with ``overrides``.
 
     ``model_type`` in ``overrides`` picks another architecture (any that ``AutoConfig.for_model``
-    knows). Initialisation uses ``seed`` and leaves the global RNG state as it was.
+    knows). Initialisation uses ``seed`` and leaves the global RNG state as it was; the weights are
+    made in ``dtype`` (unset: float32) directly, with no float32 copy on the way.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -92,7 +99,8 @@ def tiny_model(vocab_size: int, overrides: Mapping[str, Any] | None = None, *, s
         raise ModelLoadError(f"model.config: cannot build a {model_type!r} config: {exc}") from None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        model = AutoModelForCausalLM.from_config(config, **kwargs)  # type: ignore[no-untyped-call]
     return model
 
 
@@ -103,8 +111,13 @@ def load_policy(
     alphabet: Iterable[str],
     *,
     seed: int,
+    dtype: torch.dtype | None = None,
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)``: from ``model_path`` via ``from_pretrained``, else the tiny default.
+
+    ``dtype`` (see :func:`~trinity_core.train.weights.weights_dtype`) is the weights' dtype; a
+    ``dtype`` or ``torch_dtype`` in ``config_overrides`` (``from_pretrained``'s keywords) wins. Unset:
+    the tiny default is float32 and ``from_pretrained`` keeps its own default.
 
     Raises:
         ModelLoadError: naming the path and what to do when loading fails.
@@ -117,11 +130,14 @@ def load_policy(
             if tokenizer_path is None
             else _load_tokenizer(AutoTokenizer, tokenizer_path)
         )
-        return tiny_model(len(tok), config_overrides, seed=seed), tok
+        return tiny_model(len(tok), config_overrides, seed=seed, dtype=dtype), tok
     tok = _load_tokenizer(AutoTokenizer, tokenizer_path or model_path)
+    kwargs = dict(config_overrides or {})
+    if dtype is not None and not {"dtype", "torch_dtype"} & kwargs.keys():
+        kwargs["dtype"] = dtype  # loaded straight into it: an 8B base never exists in float32 here
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            model = AutoModelForCausalLM.from_pretrained(model_path, **dict(config_overrides or {}))
+            model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(
             f"model.model_path: cannot load {model_path!r} as a causal LM ({exc}); give a local directory "

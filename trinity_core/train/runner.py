@@ -45,6 +45,7 @@ from trinity_core.train.profile import StepProfiler
 from trinity_core.train.prompts import build_prompter
 from trinity_core.train.synchronizer import InlineExecutor, Synchronizer
 from trinity_core.train.update import lr_scheduler, make_optimizer
+from trinity_core.train.weights import weights_dtype
 
 __all__ = ["LaunchError", "Runner", "TrainResult"]
 
@@ -134,6 +135,7 @@ class Runner:
             config.model.config,
             self.task.alphabet(),
             seed=tcfg.seed,
+            dtype=weights_dtype(config),  # model.dtype: a LoRA run's frozen base in bf16
         )
         prompter = build_prompter(tokenizer, config.model.chat_template, self.task)
         model = prepare_policy(model, config)  # gradient checkpointing, LoRA
