@@ -65,7 +65,9 @@ def parse_rejection(options: str, thresholds: str | float | None) -> list[Reject
         )
     if thresholds is None:
         raise ValueError(f"rollout_rs {options!r} needs rollout_rs_threshold (one per option or one for all)")
-    values = [t.strip() for t in str(thresholds).split(",")] if isinstance(thresholds, str) else [thresholds]
+    values: list[str | float] = (
+        [t.strip() for t in thresholds.split(",")] if isinstance(thresholds, str) else [thresholds]
+    )
     if len(values) == 1:
         values = values * len(names)
     if len(values) != len(names):
