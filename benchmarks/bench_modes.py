@@ -5,8 +5,8 @@ machine; ``--steps``/``--probe-steps`` shorten it). Two workloads, the same seed
 
 * ``default``: the embedded default run (``trinity train`` with no config: last digit of a+b, grpo,
   16 prompts x 16 responses a step; generation about a quarter of a lock-step step);
-* ``reverse``: the same run on reversing a 14-letter string (15-token answers: generation over half of a
-  step).
+* ``reverse``: the same run on reversing a 14-letter string (15-token answers; generation was a third of
+  a lock-step step on 2 loaded cores, the probe prints the split).
 
 Every run is a fresh process (``--one``), started with ``OMP_WAIT_POLICY=PASSIVE`` (idle OpenMP threads
 sleep instead of spinning on the cores the other part needs; OpenMP reads it when torch is imported).
