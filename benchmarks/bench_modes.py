@@ -1,21 +1,35 @@
 """Modes against each other: ``both`` (offset 0), ``both`` with ``sync_offset: 1``, and ``async``.
 
-Run: ``python benchmarks/bench_modes.py [--steps 60]``. Two workloads, the same seed for every mode:
+Run: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_modes.py`` (about 10 minutes on a quiet 2-core
+machine; ``--steps``/``--probe-steps`` shorten it). Two workloads, the same seed for every run:
 
-* ``default``: the embedded default task (generation about a quarter of a lock-step step);
-* ``reverse``: reverse a 14-letter string (15-token answers: generation over half of a step).
+* ``default``: the embedded default run (``trinity train`` with no config: last digit of a+b, grpo,
+  16 prompts x 16 responses a step; generation about a quarter of a lock-step step);
+* ``reverse``: the same run on reversing a 14-letter string (15-token answers; generation was a third of
+  a lock-step step on 2 loaded cores, the probe prints the split).
 
-First the overlap bound: each workload in lock step, profiled, with 1 and 2 torch threads. The best lock
-step is ``min_T (gen_T + learn_T)``; overlapping the two phases, one core each, at best takes
-``max(gen_1, learn_1)`` per step, so the bound is their ratio. Then each mode: experiences per second,
-wall time to the reward target (first step whose 10-step mean reward reaches it), final reward (mean of
-the last 10 steps) and each part's mean idle fraction. Prints a Markdown table and the machine's load.
+Every run is a fresh process (``--one``), started with ``OMP_WAIT_POLICY=PASSIVE`` (idle OpenMP threads
+sleep instead of spinning on the cores the other part needs; OpenMP reads it when torch is imported).
+
+1. **Phase probe and overlap bound.** Each workload in lock step with 1 and 2 torch threads
+   (``trainer.threads``): seconds per step (after the first) and the profiler's generation share give
+   ``gen_T`` and ``rest_T``. The best lock step takes ``min_T (gen_T + rest_T)``; overlapping the phases,
+   each with its share of the cores (``--explorer-threads`` + ``--learner-threads`` = the cores), takes at
+   best ``max(gen_E, rest_L)``; the bound is the ratio.
+2. **Modes.** Offset 0 with the best probe's threads (the lock-step baseline); offset 1 and async with
+   ``synchronizer.explorer_threads`` / ``learner_threads``. Per mode: experiences per second (after the
+   first step), speedup over lock step and its share of the bound, wall seconds to the reward target
+   (first step whose 10-step mean reward reaches it), final reward (mean of the last 50 steps) and each
+   part's mean idle fraction. Prints a Markdown table and the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,96 +39,136 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line
 
 WORKLOADS: dict[str, dict[str, Any]] = {
-    "default": {"target": 0.5},
+    "default": {"target": 0.2, "steps": 300},
     "reverse": {
-        "tasks": {"name": "reverse", "args": {"length": 14, "letters": "abc"}, "eval_size": 0},
-        "target": 0.2,
+        "tasks": {"name": "reverse", "args": {"length": 14, "letters": "abc"}},
+        "target": None,  # exact match of 14 letters: the reward stays 0 for hundreds of steps
+        "steps": 60,
     },
 }
-MODES = {
-    "both, offset 0": {"mode": "both", "synchronizer": {"sync_offset": 0}},
-    "both, offset 1": {"mode": "both", "synchronizer": {"sync_offset": 1}},
-    "async": {"mode": "async", "synchronizer": {"sync_offset": 1}},
-}
+FINAL = 50
+"""Steps the final reward is averaged over."""
+MODES = ("both, offset 0", "both, offset 1", "async")
 
 
-def _config(workload: str, steps: int, threads: int | None, **extra: Any) -> dict[str, Any]:
-    spec = dict(WORKLOADS[workload])
-    spec.pop("target")
-    config: dict[str, Any] = {
-        "trainer": {"total_steps": steps, "checkpoint_every": 0, "progress": False, "seed": 0},
-        **spec,
-        **extra,
-    }
-    config.setdefault("tasks", {})["eval_size"] = 0
-    if threads is not None:
-        config["trainer"]["threads"] = threads
+def _config(workload: str, steps: int, **extra: Any) -> dict[str, Any]:
+    """The embedded default run (no config) with the workload's and ``extra``'s keys on top."""
+    from trinity_core.train.run import DEFAULT_CONFIG
+
+    config: dict[str, Any] = copy.deepcopy(DEFAULT_CONFIG)
+    spec = {k: v for k, v in WORKLOADS[workload].items() if k not in ("target", "steps")}
+    run = {"trainer": {"total_steps": steps, "checkpoint_every": 0, "progress": False, "seed": 0}}
+    for layer in (spec, run, {"tasks": {"eval_size": 0}}, extra):
+        for section, values in layer.items():
+            config.setdefault(section, {}).update(values)
     return config
 
 
-def _run(config: dict[str, Any], profile: bool = False) -> Any:
+def run_one(config: dict[str, Any], profile: bool) -> dict[str, Any]:
+    """One run in this process: its history and profile (the ``--one`` entry)."""
     from trinity_core.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
-        return train(config, run_dir=Path(tmp) / "run", profile=profile)
+        result = train(config, run_dir=Path(tmp) / "run", profile=profile)
+    keep = ("time/step_s", "reward/mean", "throughput/experiences_per_s")
+    idle = ("explorer/idle_fraction", "learner/idle_fraction")
+    history = [{k: row[k] for k in keep + idle if k in row} for row in result.history]
+    return {"history": history, "profile": result.profile}
 
 
-def overlap_bound(workload: str, steps: int) -> tuple[float, str]:
-    """The best speedup overlap allows over the best lock step, and how it was found."""
+def _spawn(config: dict[str, Any], profile: bool = False) -> dict[str, Any]:
+    """:func:`run_one` in a fresh process with ``OMP_WAIT_POLICY=PASSIVE``."""
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    request = json.dumps({"config": config, "profile": profile})
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", request], env=env, check=True, capture_output=True, text=True
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _seconds_per_step(history: list[dict[str, float]]) -> float:
+    rows = history[1:]  # the first step holds the start-up (and the explorer process's)
+    return sum(r["time/step_s"] for r in rows) / len(rows)
+
+
+def probe(workload: str, steps: int, explorer: int, learner: int) -> tuple[float, int, str]:
+    """The overlap bound, the lock step's best thread count, and how they were found."""
     phases = {}
-    for threads in (1, 2):
-        result = _run(_config(workload, steps, threads), profile=True)
-        prof = result.profile
-        gen = prof["generation_ms"]
-        phases[threads] = (gen, prof["step_ms"] - gen)
-    lock = min(g + learn for g, learn in phases.values())
-    overlapped = max(phases[1])
+    for threads in sorted({1, 2, explorer, learner}):
+        result = _spawn(_config(workload, steps, trainer={"threads": threads}), profile=True)
+        step_ms = 1000 * _seconds_per_step(result["history"])
+        share = result["profile"]["generation_ms"] / result["profile"]["step_ms"]
+        phases[threads] = (share * step_ms, (1 - share) * step_ms)
+    best = min(phases, key=lambda t: sum(phases[t]))
+    lock, overlapped = sum(phases[best]), max(phases[explorer][0], phases[learner][1])
     text = ", ".join(f"{t} thread(s): generation {g:.1f} ms, rest {r:.1f} ms" for t, (g, r) in phases.items())
-    return lock / overlapped, f"{text}; bound {lock:.1f} / {overlapped:.1f} ms = {lock / overlapped:.2f}x"
+    bound = lock / overlapped
+    return bound, best, f"{text}; bound {lock:.1f} / {overlapped:.1f} ms = {bound:.2f}x"
 
 
-def measure(workload: str, mode: str, steps: int) -> dict[str, float]:
+def measure(workload: str, mode: str, steps: int, threads: dict[str, int]) -> dict[str, float]:
     """One mode on one workload: throughput, time to the target, final reward, idle fractions."""
-    result = _run(_config(workload, steps, None, **MODES[mode]))
-    rows = result.history[1:]  # the first step holds the start-up (and the explorer process's)
+    split = {"explorer_threads": threads["explorer"], "learner_threads": threads["learner"]}
+    sections: dict[str, dict[str, Any]] = {
+        "both, offset 0": {"trainer": {"threads": threads["lock"]}, "synchronizer": {"sync_offset": 0}},
+        "both, offset 1": {"synchronizer": {"sync_offset": 1, **split}},
+        "async": {"synchronizer": {"sync_offset": 1, **split}},
+    }[mode]
+    config = _config(workload, steps, **sections)
+    config["mode"] = "async" if mode == "async" else "both"
+    history = _spawn(config)["history"]
+    rows = history[1:]
     wall = sum(r["time/step_s"] for r in rows)
     exps = sum(r["throughput/experiences_per_s"] * r["time/step_s"] for r in rows)
-    rewards = [r["reward/mean"] for r in result.history]
+    rewards = [r["reward/mean"] for r in history]
     target, elapsed, to_target = WORKLOADS[workload]["target"], 0.0, float("nan")
     for i, row in enumerate(rows, start=1):
         elapsed += row["time/step_s"]
-        if sum(rewards[max(0, i - 9) : i + 1]) / len(rewards[max(0, i - 9) : i + 1]) >= target:
+        window = rewards[max(0, i - 9) : i + 1]
+        if target is not None and sum(window) / len(window) >= target:
             to_target = elapsed
             break
     return {
         "exp_per_s": exps / wall,
         "to_target_s": to_target,
-        "final": sum(rewards[-10:]) / len(rewards[-10:]),
-        "explorer_idle": sum(r["explorer/idle_fraction"] for r in rows) / len(rows),
-        "learner_idle": sum(r["learner/idle_fraction"] for r in rows) / len(rows),
+        "final": sum(rewards[-FINAL:]) / len(rewards[-FINAL:]),
+        "explorer_idle": sum(r.get("explorer/idle_fraction", 0.0) for r in rows) / len(rows),
+        "learner_idle": sum(r.get("learner/idle_fraction", 0.0) for r in rows) / len(rows),
     }
 
 
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--probe-steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=None, help="steps per mode run (default: per workload)")
+    parser.add_argument("--probe-steps", type=int, default=40)
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    cores = os.cpu_count() or 2
+    parser.add_argument("--explorer-threads", type=int, default=max(1, cores // 2))
+    parser.add_argument("--learner-threads", type=int, default=max(1, cores - cores // 2))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        request = json.loads(args.one)
+        print(json.dumps(run_one(request["config"], request["profile"])))
+        return
     print(machine_line(), f"| load average {os.getloadavg()[0]:.1f} at start")
+    print(f"explorer {args.explorer_threads} / learner {args.learner_threads} threads in offset 1 and async")
     print(
         "| workload | mode | exp/s | vs lock step | vs bound | s to target | final reward "
         "| explorer idle | learner idle |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     notes = []
     for workload in args.workloads:
-        bound, how = overlap_bound(workload, args.probe_steps)
-        notes.append(f"{workload}: {how}")
+        bound, best, how = probe(workload, args.probe_steps, args.explorer_threads, args.learner_threads)
+        notes.append(f"{workload}: {how}; lock step with {best} thread(s)")
+        threads = {"lock": best, "explorer": args.explorer_threads, "learner": args.learner_threads}
+        steps = args.steps or WORKLOADS[workload]["steps"]
         base = None
         for mode in MODES:
-            m = measure(workload, mode, args.steps)
+            m = measure(workload, mode, steps, threads)
             base = base or m["exp_per_s"]
             speedup = m["exp_per_s"] / base
             print(

@@ -129,6 +129,22 @@ class SynchronizerConfig(Section):
             "safetensors file in <run_dir>/sync)."
         ),
     )
+    explorer_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "torch CPU threads of the explorer while it runs beside the learner (mode async, or mode both "
+            "with sync_offset > 0); unset: trainer.threads, else half of torch's threads."
+        ),
+    )
+    learner_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "torch CPU threads of the learner while the explorer runs beside it (mode async, or mode both "
+            "with sync_offset > 0); unset: trainer.threads, else half of torch's threads."
+        ),
+    )
     timeout: float = Field(
         default=600.0,
         gt=0,

@@ -33,6 +33,7 @@ from trinity_core.codec import deserialize_many
 from trinity_core.config import ConfigError, ConfigProblem
 from trinity_core.train.async_explorer import POLL_S, ExplorerSpec, Shipment, explorer_process
 from trinity_core.train.synchronizer import WeightChannel
+from trinity_core.train.threads import child_environment, thread_budget, use_threads
 
 if TYPE_CHECKING:
     from trinity_core.train.runner import Runner
@@ -62,10 +63,10 @@ def run_async(runner: Runner) -> None:
             ]
         )
     config, learner, sync = runner.config, runner.learner, runner.synchronizer
-    # Two processes on the same cores: unless trainer.threads says otherwise, each gets half of them
-    # (oversubscribed OpenMP threads spin at every barrier and slow both down many times over).
-    threads = config.trainer.threads or max(1, torch.get_num_threads() // 2)
-    torch.set_num_threads(threads)
+    # Two processes on the same cores: each its thread budget (oversubscribed OpenMP threads spin at
+    # every barrier and slow both down many times over).
+    budget = thread_budget(config)
+    restore_threads = use_threads(budget.learner)
     ctx = mp.get_context("spawn")
     channel = WeightChannel(
         config.synchronizer.method, learner.policy, learner.version, runner.run_dir / "sync", ctx
@@ -74,7 +75,7 @@ def run_async(runner: Runner) -> None:
         config=config,
         start_step=runner.start_step,
         total_steps=runner.total_steps,
-        threads=threads,
+        threads=budget.explorer,
         link=ctx.Queue(maxsize=max(config.synchronizer.sync_offset, 1)),
         errors=ctx.Queue(),
         stop=ctx.Event(),
@@ -83,7 +84,8 @@ def run_async(runner: Runner) -> None:
         registrations=_registrations(),
     )
     process = ctx.Process(target=explorer_process, args=(spec,), name="trinity-explorer", daemon=True)
-    process.start()
+    with child_environment(budget.explorer):  # read by OpenMP when the explorer imports torch
+        process.start()
     try:
         last = time.perf_counter()
         for step in range(runner.start_step, runner.total_steps):
@@ -107,6 +109,7 @@ def run_async(runner: Runner) -> None:
                 channel.publish(learner.policy, learner.version)
     finally:
         stop_explorer(spec, process)
+        use_threads(restore_threads)
 
 
 def stop_explorer(spec: ExplorerSpec, process: Any) -> None:

@@ -71,6 +71,8 @@ RESUME_OVERRIDABLE = (
     "trainer.keep_checkpoints",
     "trainer.progress",
     "trainer.threads",
+    "synchronizer.explorer_threads",
+    "synchronizer.learner_threads",
 )
 """Keys ``--set`` may change on ``--resume``: none of them changes a step already trained."""
 

@@ -20,7 +20,7 @@ import json
 import math
 import time
 from collections import deque
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -43,7 +43,8 @@ from trinity_core.train.offline import check_offline_trainer, check_vocabulary, 
 from trinity_core.train.periodic import RunOutputs
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.prompts import build_prompter
-from trinity_core.train.synchronizer import InlineExecutor, Synchronizer
+from trinity_core.train.synchronizer import Synchronizer
+from trinity_core.train.threads import explorer_pool
 from trinity_core.train.update import lr_scheduler, make_optimizer
 from trinity_core.train.weights import weights_dtype
 
@@ -257,7 +258,7 @@ class Runner:
         """Explorer ``sync_offset`` steps ahead (in a thread when > 0), learner behind, weights synced."""
         explorer, learner, sync = self.explorer, self.learner, self.synchronizer
         start, total = self.start_step, self.total_steps
-        pool: Executor = ThreadPoolExecutor(1, "explorer") if sync.offset else InlineExecutor()
+        pool = explorer_pool(self.config)  # with sync_offset > 0 a thread; each part its thread budget
         pending: deque[Future[Explored]] = deque(
             pool.submit(explorer.rollout, s) for s in range(start, min(start + sync.offset + 1, total))
         )

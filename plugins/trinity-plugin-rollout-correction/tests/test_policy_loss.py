@@ -89,3 +89,48 @@ def test_an_inner_loss_that_needs_other_columns_is_refused() -> None:
             RolloutCorrectionLossFn(policy_loss_fn="needs_reference")
     finally:
         registry.unregister("policy_loss", "needs_reference")
+
+
+def test_rejection_sampling_zeroes_the_rejected_tokens_and_keeps_the_normaliser() -> None:
+    c = _columns()
+    loss_fn = RolloutCorrectionLossFn(
+        policy_loss_fn="ppo", level=None, rollout_rs="token_k1", rollout_rs_threshold="0.5_1.5"
+    )
+    loss, metrics = loss_fn(**c)
+    # behaviour ratios 2, 1, 1/8 | 1, 1: the band [0.5, 1.5] rejects (0, 0) and (0, 2); no IS weights
+    keep = torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    torch.testing.assert_close(loss, (keep * _ppo_token_losses(c))[c["action_mask"]].sum() / 5)
+    assert metrics["rollout_rs_masked_frac"].item() == pytest.approx(2 / 5)
+
+
+def test_rejection_sampling_combines_with_truncated_weights() -> None:
+    c = _columns()
+    loss_fn = RolloutCorrectionLossFn(
+        policy_loss_fn="ppo", level="token", upper=4.0, rollout_rs="seq_max_k2", rollout_rs_threshold=1.0
+    )
+    loss, _ = loss_fn(**c)
+    # row 0: max ½δ² = ½(3 ln 2)² = 2.16 > 1 -> rejected; row 1: δ = 0 -> kept with weight 1
+    expected = _ppo_token_losses(c)[1, :2].sum() / 5
+    torch.testing.assert_close(loss, expected)
+
+
+def test_icepop_is_token_level_mask_mode() -> None:
+    # verl's decoupled_token_icepop(threshold=5, threshold_lower=0.5): token weights outside [0.5, 5] are 0,
+    # the response mask is unchanged; here level token, mode mask, the same band
+    c = _columns()
+    loss_fn = RolloutCorrectionLossFn(policy_loss_fn="ppo", level="token", mode="mask", upper=5.0, lower=0.5)
+    loss, _ = loss_fn(**c)
+    w = torch.tensor([[2.0, 1.0, 0.0], [1.0, 1.0, 0.0]])  # 1/8 < 0.5 is zeroed
+    torch.testing.assert_close(loss, (w * _ppo_token_losses(c))[c["action_mask"]].mean())
+
+
+def test_batch_normalised_weights_are_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match="rollout_is_batch_normalize is not supported: the batch mean"):
+        RolloutCorrectionLossFn(policy_loss_fn="ppo", rollout_is_batch_normalize=True)
+
+
+def test_a_bad_rejection_option_is_refused_when_the_loss_is_built() -> None:
+    with pytest.raises(ValueError, match="unknown option"):
+        registry.create(
+            "policy_loss", "rollout_correction", {"rollout_rs": "seq_max_k1", "rollout_rs_threshold": 2}
+        )

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from trinity_core import registry
 from trinity_core.components import ComponentArgs, PolicyLossFn
+from trinity_plugin_rollout_correction.rejection import parse_rejection, rejection_keep
 from trinity_plugin_rollout_correction.weights import CorrectionLevel, CorrectionMode, rollout_is_weights
 
 __all__ = ["RolloutCorrectionArgs", "RolloutCorrectionLossFn"]
@@ -30,7 +31,9 @@ class RolloutCorrectionArgs(ComponentArgs):
     policy_loss_args: dict[str, Any] = Field(
         default_factory=dict, description="Arguments of that policy loss."
     )
-    level: CorrectionLevel = Field("token", description="token: a ratio per token; sequence: per response.")
+    level: CorrectionLevel | None = Field(
+        "token", description="token: ρ per token; sequence: per response; None: no IS weights (RS only)."
+    )
     mode: CorrectionMode = Field(
         "truncate",
         description="truncate: w = min(ρ, upper) (TIS); mask: w = ρ inside [lower, upper], else 0.",
@@ -38,6 +41,23 @@ class RolloutCorrectionArgs(ComponentArgs):
     upper: float = Field(2.0, gt=0, description="The upper threshold of ρ.")
     lower: float | None = Field(
         None, ge=0, description="The lower threshold of ρ in mode mask; None: 1 / upper."
+    )
+    rollout_rs: str | None = Field(
+        None,
+        description=(
+            "Rejection sampling, verl's options comma-separated: token_k1..k3, seq_sum_k1..k3, "
+            "seq_mean_k1..k3, seq_max_k2, seq_max_k3; a rejected token gets weight 0. None: off."
+        ),
+    )
+    rollout_rs_threshold: str | float | None = Field(
+        None,
+        description=(
+            'One per option (comma-separated) or one for all: k1 "lower_upper" ratio bounds or an upper '
+            "ratio bound (lower 1/upper); k2, k3 an upper bound on the divergence."
+        ),
+    )
+    rollout_is_batch_normalize: bool = Field(
+        False, description="Not supported (refused): see the plugin README's Limits."
     )
 
 
@@ -50,16 +70,28 @@ class RolloutCorrectionLossFn(PolicyLossFn):
     Args = RolloutCorrectionArgs
     policy_loss_fn: str
     policy_loss_args: dict[str, Any]
-    level: CorrectionLevel
+    level: CorrectionLevel | None
     mode: CorrectionMode
     upper: float
     lower: float | None
+    rollout_rs: str | None
+    rollout_rs_threshold: str | float | None
+    rollout_is_batch_normalize: bool
 
     def __init__(self, backend: str = "verl", **args: Any) -> None:
         """Build the inner policy loss; it may read only the columns this loss passes on."""
         super().__init__(backend, **args)
         if self.policy_loss_fn == "rollout_correction":
             raise ValueError("policy loss 'rollout_correction': policy_loss_fn cannot be rollout_correction")
+        if self.rollout_is_batch_normalize:
+            raise ValueError(
+                "policy loss 'rollout_correction': rollout_is_batch_normalize is not supported: the batch "
+                "mean of the weights needs old_logprob of the whole step before the first micro-batch's "
+                "loss, and with one update per step old_logprob is each micro-batch's own forward pass; a "
+                "per-micro-batch mean would change with the micro-batch size and the rank count. Leave it "
+                "false (see the plugin README, Limits)"
+            )
+        self.criteria = parse_rejection(self.rollout_rs, self.rollout_rs_threshold) if self.rollout_rs else []
         inner_cls = registry.resolve("policy_loss", self.policy_loss_fn)
         self.inner: PolicyLossFn = inner_cls(backend=backend, **self.policy_loss_args)
         wanted = {self.inner.mapper.to_trinity(k) for k in self.inner.select_keys}
@@ -96,6 +128,10 @@ class RolloutCorrectionLossFn(PolicyLossFn):
             upper=self.upper,
             lower=lower,
         )
+        if self.criteria:
+            keep, rs_metrics = rejection_keep(old_logprob, rollout_logprob, action_mask, self.criteria)
+            weights = torch.where(keep, weights, 0.0)
+            metrics.update(rs_metrics)
         columns = {
             "old_logprob": old_logprob,
             "rollout_logprob": rollout_logprob,

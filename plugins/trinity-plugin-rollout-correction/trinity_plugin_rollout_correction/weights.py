@@ -7,8 +7,9 @@ With ``δ_t = old_logprob_t − rollout_logprob_t`` on the response tokens (mask
 * sequence level: ``ρ_t = exp(Σ_s m_s δ_s)`` for every token of the sequence (the product of its token
   ratios, clamped in log space).
 
-Then ``truncate`` (TIS): ``w = min(ρ, upper)``; ``mask`` (MIS): ``w = ρ · 1[lower ≤ ρ ≤ upper]``. The
-weights carry no gradient and are 0 outside the mask.
+Then ``truncate`` (TIS): ``w = min(ρ, upper)``; ``mask`` (MIS): ``w = ρ · 1[lower ≤ ρ ≤ upper]``. Level
+``None``: every weight is 1 (rejection sampling alone). The weights carry no gradient and are 0 outside
+the mask.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def rollout_is_weights(
     rollout_logprob: Tensor,
     mask: Tensor,
     *,
-    level: CorrectionLevel,
+    level: CorrectionLevel | None,
     mode: CorrectionMode,
     upper: float,
     lower: float,
@@ -46,7 +47,10 @@ def rollout_is_weights(
     if level == "sequence":
         delta = delta.sum(-1, keepdim=True).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).expand_as(delta)
     ratio = delta.exp()
-    if mode == "truncate":
+    if level is None:  # rejection sampling only: no importance weights
+        clipped = torch.zeros_like(valid)
+        weights = torch.ones_like(ratio)
+    elif mode == "truncate":
         clipped = ratio > upper
         weights = ratio.clamp(max=upper)
     else:
