@@ -4,7 +4,8 @@ Each folder ``plugins/trinity-plugin-<name>`` gets the factor ``<name>`` without
 ``[testenv:plugin-{...}]``, installing the plugin and every plugin distribution it needs (its declared
 ``trinity-plugin-*`` dependencies, transitively) on the core with the ``test`` extra, plus the ``train``
 or ``hf`` extra when the plugin's code or tests import what those provide; ``[testenv:all]`` installs them
-all and runs each plugin's tests in its own pytest session (plugins may hold same-named test modules);
+all and runs the core's tests (each plugin's tests run once, in its plugin env, with the plugins its
+``test`` extra names);
 ``[testenv:core-slim]`` installs the core without extras and :data:`SLIM_PLUGIN` with what it needs, and
 runs the conformance kit on it. It also rewrites the shipped-plugin catalog of
 trinity_core/registry/shipped.py and the plugin lines of requirements/all.txt. Run it after adding a
@@ -57,17 +58,22 @@ def factor(plugin: str) -> str:
     return plugin.removeprefix(PREFIX).replace("-", "")
 
 
-def declared(plugin: str) -> set[str]:
-    """Plugin distributions named in ``plugin``'s dependencies."""
+def declared(plugin: str, extra: str | None = None) -> set[str]:
+    """Plugin distributions named in ``plugin``'s dependencies (with ``extra``: in that extra's)."""
     project = tomllib.loads((ROOT / "plugins" / plugin / "pyproject.toml").read_text())["project"]
-    names = {re.split(r"[<>=!~ ;\[]", dep, maxsplit=1)[0] for dep in project.get("dependencies", [])}
+    if extra is None:
+        deps = project.get("dependencies", [])
+    else:
+        deps = project.get("optional-dependencies", {}).get(extra, [])
+    names = {re.split(r"[<>=!~ ;\[]", dep, maxsplit=1)[0] for dep in deps}
     return {name for name in names if name.startswith(PREFIX)}
 
 
-def closure(plugin: str) -> list[str]:
-    """``plugin`` first, then every plugin distribution it needs, sorted."""
+def closure(plugin: str, with_tests: bool = False) -> list[str]:
+    """``plugin`` first, then every plugin distribution it needs, sorted; ``with_tests`` adds those its
+    ``test`` extra names (and what they need), so that its tests run in its env, skipping nothing."""
     needed: set[str] = set()
-    todo = [plugin]
+    todo = [plugin, *(declared(plugin, "test") if with_tests else ())]
     while todo:
         current = todo.pop()
         if current not in needed:
@@ -120,7 +126,7 @@ def render(tracked_only: bool = False) -> tuple[str, str]:
     factors = ",".join(factor(n) for n in names)
     more = [n for n in names if extras(n) != ["test"]]
     installs = [f"    {factor(n)}: {core_install(extras(n)).strip()}" for n in more]
-    deps = [f"    {factor(n)}: {{toxinidir}}/plugins/{dep}" for n in names for dep in closure(n)]
+    deps = [f"    {factor(n)}: {{toxinidir}}/plugins/{dep}" for n in names for dep in closure(n, True)]
     every = sorted({*CORE_EXTRAS, *(e for n in names for e in extras(n))}, key=lambda e: (e != "test", e))
     commands = [f"    {factor(n)}: pytest {{toxinidir}}/plugins/{n}/tests {{posargs}}" for n in names]
     plugin_env = "\n".join(
@@ -142,7 +148,8 @@ def render(tracked_only: bool = False) -> tuple[str, str]:
     all_env = "\n".join(
         [
             "[testenv:all]",
-            "description = the core and every plugin installed together: every test suite",
+            "description = the core and every plugin installed together: the core's tests (those that",
+            "    need every plugin run here only); each plugin's tests run once, in its plugin env",
             "deps =",
             "    -c {toxinidir}/constraints.txt",
             core_install(every),
@@ -152,7 +159,6 @@ def render(tracked_only: bool = False) -> tuple[str, str]:
             "    trinity info --self-check",
             "    pytest {toxinidir}/tests --ignore={toxinidir}/tests/train"
             " --ignore={toxinidir}/tests/integrations {posargs}",
-            *[f"    pytest {{toxinidir}}/plugins/{n}/tests {{posargs}}" for n in names],
         ]
     )
     return plugin_env, all_env

@@ -58,3 +58,17 @@ def test_plugin_has_readme_tests_and_conformance(plugin: Path) -> None:
     assert (plugin / "README.md").is_file()
     conformance = (plugin / "tests" / "test_conformance.py").read_text()
     assert f'distribution = "{plugin.name}"' in conformance
+
+
+def test_each_plugin_suite_runs_once_in_its_env_with_its_test_extra() -> None:
+    plugin_env, all_env = sync_tox.render()
+    # gym's tests train the multistep and gigpo presets (its test extra): its env installs them, so
+    # they run there, and the all env runs no plugin suite again.
+    assert "    gym: {toxinidir}/plugins/trinity-plugin-multistep\n" in plugin_env
+    assert "    gym: {toxinidir}/plugins/trinity-plugin-gigpo\n" in plugin_env
+    assert "    reasoninggym: {toxinidir}/plugins/trinity-plugin-grpo\n" in plugin_env
+    for plugin in PLUGINS:
+        run = f"    {sync_tox.factor(plugin.name)}: pytest {{toxinidir}}/plugins/{plugin.name}/tests"
+        assert run in plugin_env
+        assert f"/plugins/{plugin.name}/tests" not in all_env
+    assert sync_tox.closure("trinity-plugin-gym") == ["trinity-plugin-gym"]  # runtime deps only

@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from trinity_core import registry
+from trinity_core.components.micro_batch_loss import micro_batch_loss
 from trinity_core.ops.loss_scale import LossScale
 
 __all__ = ["OFF", "AlgorithmComponents", "build_components", "total_loss"]
@@ -141,7 +142,8 @@ def total_loss(
     scale: LossScale,
     entropy: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The loss of one micro-batch and its terms, as ``trinity train``'s update forms it.
+    """The loss of one micro-batch and its terms, as ``trinity train``'s update forms it (both call
+    :func:`~trinity_core.components.micro_batch_loss.micro_batch_loss`).
 
     Args:
         components: from :func:`build_components`.
@@ -156,35 +158,13 @@ def total_loss(
         ``(loss, terms)``: ``loss = pg_loss + kl_loss − entropy_loss``; ``terms`` are detached 0-d tensors
         named ``actor/<metric>`` (no host synchronisation).
     """
-    mode, loss_fn, mask = components.loss_agg_mode, components.policy_loss, columns["action_mask"]
-    missing = [k for k in loss_fn.select_keys if loss_fn.mapper.to_trinity(k) not in columns]
-    if missing:
-        raise KeyError(f"policy loss {components.names['policy_loss_fn']!r} needs batch keys {missing}")
-    kwargs = {key: columns[loss_fn.mapper.to_trinity(key)] for key in loss_fn.select_keys}
-    pg_loss, pg_metrics = loss_fn(logprob, **kwargs, loss_scale=scale, loss_agg_mode=mode)
-    total = pg_loss
-    terms = {f"actor/{k}": v for k, v in pg_metrics.items() if isinstance(v, Tensor)}
-    terms["actor/pg_loss"] = pg_loss.detach()
-    if components.kl_loss is not None:
-        if "ref_logprob" not in columns:
-            raise KeyError(f"KL loss {components.names['kl_loss_fn']!r} needs the reference log-probs")
-        kl_loss, kl_metrics = components.kl_loss.calculate_kl_loss(
-            logprob,
-            columns["ref_logprob"],
-            mask,
-            loss_agg_mode=mode,
-            old_logprob=columns["old_logprob"],
-            loss_scale=scale,
-        )
-        total = total + kl_loss
-        terms.update({f"actor/{k}": v for k, v in kl_metrics.items() if k != "kl_coef"})
-    if components.entropy is not None:
-        if entropy is None:
-            raise ValueError(
-                f"entropy loss {components.names['entropy_loss_fn']!r} needs per-token entropies"
-            )
-        ent_loss, ent_metrics = components.entropy(entropy, mask, loss_scale=scale, loss_agg_mode=mode)
-        total = total - ent_loss
-        terms.update({f"actor/{k}": v for k, v in ent_metrics.items()})
-    terms["actor/loss"] = total.detach()
-    return total, terms
+    return micro_batch_loss(
+        components.policy_loss,
+        components.kl_loss,
+        components.entropy,
+        loss_agg_mode=components.loss_agg_mode,
+        logprob=logprob,
+        columns=columns,
+        scale=scale,
+        entropy=entropy,
+    )

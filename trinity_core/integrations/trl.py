@@ -186,11 +186,9 @@ class TrinityGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         advantages = inputs["advantages"]
         if advantages.dim() == 1:
             advantages = advantages[:, None].expand_as(logprob)
-        columns = {
-            "action_mask": mask.to(torch.bool),
-            "old_logprob": logprob.detach() if old is None else old,
-            "advantages": advantages,
-        }
+        columns = {"action_mask": mask.to(torch.bool), "advantages": advantages}
+        if old is not None:  # else one update per generation: the sampling policy is the current one
+            columns["old_logprob"] = old
         if inputs.get("ref_per_token_logps") is not None:
             columns["ref_logprob"] = inputs["ref_per_token_logps"]
         loss, terms = total_loss(self.trinity, logprob, columns, self._window_scale(inputs, mask), entropy)

@@ -16,7 +16,6 @@ Expert rows carry no reward (NaN), zero advantages and log-probs, and the column
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +31,6 @@ from trinity_core.experience import Experience
 __all__ = [
     "ExpertData",
     "expert_ratio",
-    "extra_inputs",
     "load_expert_data",
     "pair_experiences",
     "policy_loss_scale",
@@ -229,10 +227,3 @@ def policy_loss_scale(loss_fn: Any, columns: dict[str, Tensor], micro: Sequence[
         return default
     parts = [{k: v[m] for k, v in columns.items()} for m in micro]
     return hook(parts, max_tokens=default.max_tokens, all_reduce=True)
-
-
-def extra_inputs(component: Any, columns: dict[str, Tensor], given: Sequence[str]) -> dict[str, Tensor]:
-    """The batch columns a component's ``__call__`` names besides ``given`` (e.g. the ``expert_mask`` of
-    the ``mix`` entropy loss), among those the step has."""
-    params = inspect.signature(type(component).__call__).parameters
-    return {k: columns[k] for k in params if k in columns and k not in given}

@@ -32,11 +32,12 @@ from torch import Tensor
 
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import BufferReader, MemoryReader
+from trinity_core.components.micro_batch_loss import micro_batch_loss
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.ops import LossScale, global_normalizers
 from trinity_core.train.balance import balance_batch, balances
 from trinity_core.train.critic import build_critic
-from trinity_core.train.expert import ExpertData, extra_inputs, policy_loss_scale
+from trinity_core.train.expert import ExpertData, policy_loss_scale
 from trinity_core.train.model import needs_train_mode
 from trinity_core.train.offline import StoredExperiences
 from trinity_core.train.profile import StepProfiler
@@ -341,36 +342,20 @@ class Learner:
         scale: LossScale,
         pg_scale: Any = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        comps, mode = self.components, self.config.algorithm.loss_agg_mode
-        pg_scale = scale if pg_scale is None else pg_scale  # MIX losses normalise per subset (expert.py)
+        """One micro-batch's loss (:func:`~trinity_core.components.micro_batch_loss.micro_batch_loss`)."""
+        comps = self.components
         logprob, entropy = response_logprobs(self.model, ids, attn, P, self.use_entropy, self.entropy_grad)
-        mask = cols["action_mask"]
-        if "old_logprob" not in cols:  # one update per step: the sampling policy is the current one
-            cols["old_logprob"] = logprob.detach()
-        loss_fn = comps.policy_loss
-        kwargs = {key: cols[loss_fn.mapper.to_trinity(key)] for key in loss_fn.select_keys}
-        pg_loss, pg_metrics = loss_fn(logprob, **kwargs, loss_scale=pg_scale, loss_agg_mode=mode)
-        total = pg_loss
-        terms = {f"actor/{k}": v for k, v in pg_metrics.items() if isinstance(v, Tensor)}
-        terms["actor/pg_loss"] = pg_loss.detach()
-        if comps.kl_loss is not None:
-            kl_loss, kl_metrics = comps.kl_loss.calculate_kl_loss(
-                logprob,
-                cols["ref_logprob"],
-                mask,
-                loss_agg_mode=mode,
-                old_logprob=cols["old_logprob"],
-                loss_scale=scale,
-            )
-            total = total + kl_loss
-            terms.update({f"actor/{k}": v for k, v in kl_metrics.items() if k != "kl_coef"})
-        if comps.entropy is not None and entropy is not None:
-            more = extra_inputs(comps.entropy, cols, ("entropy", "action_mask"))
-            ent_loss, ent_metrics = comps.entropy(entropy, mask, loss_scale=scale, loss_agg_mode=mode, **more)
-            total = total - ent_loss
-            terms.update({f"actor/{k}": v for k, v in ent_metrics.items()})
-        terms["actor/loss"] = total.detach()
-        return total, terms
+        return micro_batch_loss(
+            comps.policy_loss,
+            comps.kl_loss,
+            comps.entropy,
+            loss_agg_mode=self.config.algorithm.loss_agg_mode,
+            logprob=logprob,
+            columns=cols,
+            scale=scale,
+            entropy=entropy,
+            pg_scale=pg_scale,  # MIX losses normalise per subset (expert.py)
+        )
 
     # ------------------------------------------------------------------ helpers
 

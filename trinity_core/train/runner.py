@@ -21,7 +21,6 @@ import math
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -43,33 +42,13 @@ from trinity_core.train.offline import check_offline_trainer, check_vocabulary, 
 from trinity_core.train.periodic import RunOutputs
 from trinity_core.train.profile import StepProfiler
 from trinity_core.train.prompts import build_prompter
+from trinity_core.train.result import LaunchError, TrainResult
 from trinity_core.train.synchronizer import Synchronizer
 from trinity_core.train.threads import explorer_pool
 from trinity_core.train.update import lr_scheduler, make_optimizer
 from trinity_core.train.weights import weights_dtype
 
 __all__ = ["LaunchError", "Runner", "TrainResult"]
-
-
-class LaunchError(RuntimeError):
-    """The process layout does not match the launcher (a silently duplicated or single-process run)."""
-
-
-@dataclass
-class TrainResult:
-    """What a finished run reports."""
-
-    run_dir: Path
-    steps: int
-    reward_curve: list[tuple[int, float]]
-    eval_accuracy: float | None
-    wall_seconds: float
-    profile: dict[str, float] | None = None
-    final_reward: float = math.nan
-    history: list[dict[str, float]] = field(default_factory=list)
-    loss_curve: list[tuple[int, float]] = field(default_factory=list)
-    summary: dict[str, float] = field(default_factory=dict)
-    """The RL figures over the last 10 steps (:func:`~trinity_core.train.reporting.run_summary`)."""
 
 
 class Runner:
