@@ -14,42 +14,28 @@ test ``tests/train/test_host_syncs.py`` covers the host reads there).
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
-from typing import Any
 
 PRESETS = ("grpo", "ppo")
 
 
 def step_strictly(algorithm: str, mixed_precision: str) -> list[str]:
     """One step of ``algorithm`` on CUDA under the strict loss path; the guarded methods' names."""
-    from trinity_core.config import resolve_config
-    from trinity_core.train.loop import Trainer
-    from trinity_core.train.run import make_accelerator, prepare_run_dir
-    from trinity_core.train.syncs import strict_loss_path
+    from trinity_core.train.sync_check import strict_step
 
-    data: dict[str, Any] = {
-        "algorithm": {"algorithm_type": algorithm, "kl_loss_fn": "k3", "entropy_loss_fn": "default"},
-        "rollout": {"prompts_per_step": 4},
-        "tasks": {"eval_size": 0},
-        "trainer": {
-            "device": "cuda",
-            "mixed_precision": mixed_precision,
-            "progress": False,
-            "checkpoint_every": 0,
-            "total_steps": 1,
-        },
-    }
-    config = resolve_config(data)
-    run_dir = Path(tempfile.mkdtemp()) / "run"
-    acc = make_accelerator(config, run_dir)
-    prepare_run_dir(run_dir, config, resume=False, overwrite=True, is_main=True)
-    trainer = Trainer(config, run_dir, accelerator=acc)
-    try:
-        with strict_loss_path(trainer.learner.components) as names:
-            trainer.step(0)
-    finally:
-        trainer.event_loop.close()
+    names, _ = strict_step(
+        {
+            "algorithm": {"algorithm_type": algorithm, "kl_loss_fn": "k3", "entropy_loss_fn": "default"},
+            "rollout": {"prompts_per_step": 4},
+            "tasks": {"eval_size": 0},
+            "trainer": {
+                "device": "cuda",
+                "mixed_precision": mixed_precision,
+                "progress": False,
+                "checkpoint_every": 0,
+                "total_steps": 1,
+            },
+        }
+    )
     return names
 
 

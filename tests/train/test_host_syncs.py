@@ -7,41 +7,27 @@ On CPU nothing synchronises, but the usual ways a sync creeps in (``item``, ``to
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from trinity_core.train.sync_check import strict_step
 from trinity_core.train.syncs import HOST_READS, HostSyncError, strict_loss_path
 
 
 def one_step(algorithm: str) -> tuple[list[str], dict[str, Any]]:
     """One step of the tiny default run of ``algorithm`` (k3 KL and entropy losses on) under the strict
     loss path; the guarded methods and the step's metrics."""
-    from trinity_core.config import resolve_config
-    from trinity_core.train.loop import Trainer
-    from trinity_core.train.run import make_accelerator, prepare_run_dir
-
-    data = {
-        "algorithm": {"algorithm_type": algorithm, "kl_loss_fn": "k3", "entropy_loss_fn": "default"},
-        "rollout": {"prompts_per_step": 2},
-        "tasks": {"eval_size": 0},
-        "trainer": {"progress": False, "threads": 1, "checkpoint_every": 0, "total_steps": 1},
-    }
-    config = resolve_config(data)
-    run_dir = Path(tempfile.mkdtemp()) / "run"
-    acc = make_accelerator(config, run_dir)
-    prepare_run_dir(run_dir, config, resume=False, overwrite=True, is_main=True)
-    trainer = Trainer(config, run_dir, accelerator=acc)
-    try:
-        with strict_loss_path(trainer.learner.components) as names:
-            metrics = trainer.step(0)
-    finally:
-        trainer.event_loop.close()
-    return names, metrics
+    return strict_step(
+        {
+            "algorithm": {"algorithm_type": algorithm, "kl_loss_fn": "k3", "entropy_loss_fn": "default"},
+            "rollout": {"prompts_per_step": 2},
+            "tasks": {"eval_size": 0},
+            "trainer": {"progress": False, "threads": 1, "checkpoint_every": 0, "total_steps": 1},
+        }
+    )
 
 
 @pytest.mark.parametrize(
