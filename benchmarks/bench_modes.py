@@ -20,7 +20,8 @@ sleep instead of spinning on the cores the other part needs; OpenMP reads it whe
    ``synchronizer.explorer_threads`` / ``learner_threads``. Per mode: experiences per second (after the
    first step), speedup over lock step and its share of the bound, wall seconds to the reward target
    (first step whose 10-step mean reward reaches it), final reward (mean of the last 50 steps) and each
-   part's mean idle fraction. Prints a Markdown table and the machine's load.
+   part's mean idle fraction, each the mean over ``--seeds`` (the final rewards of every seed in
+   brackets). Prints a Markdown table and the machine's load.
 """
 
 from __future__ import annotations
@@ -51,13 +52,13 @@ FINAL = 50
 MODES = ("both, offset 0", "both, offset 1", "async")
 
 
-def _config(workload: str, steps: int, **extra: Any) -> dict[str, Any]:
-    """The embedded default run (no config) with the workload's and ``extra``'s keys on top."""
+def _config(workload: str, steps: int, seed: int = 0, **extra: Any) -> dict[str, Any]:
+    """The embedded default run (no config) with the workload's, the seed's and ``extra``'s keys on top."""
     from trinity_core.train.run import DEFAULT_CONFIG
 
     config: dict[str, Any] = copy.deepcopy(DEFAULT_CONFIG)
     spec = {k: v for k, v in WORKLOADS[workload].items() if k not in ("target", "steps")}
-    run = {"trainer": {"total_steps": steps, "checkpoint_every": 0, "progress": False, "seed": 0}}
+    run = {"trainer": {"total_steps": steps, "checkpoint_every": 0, "progress": False, "seed": seed}}
     for layer in (spec, run, {"tasks": {"eval_size": 0}}, extra):
         for section, values in layer.items():
             config.setdefault(section, {}).update(values)
@@ -107,15 +108,15 @@ def probe(workload: str, steps: int, explorer: int, learner: int) -> tuple[float
     return bound, best, f"{text}; bound {lock:.1f} / {overlapped:.1f} ms = {bound:.2f}x"
 
 
-def measure(workload: str, mode: str, steps: int, threads: dict[str, int]) -> dict[str, float]:
-    """One mode on one workload: throughput, time to the target, final reward, idle fractions."""
+def measure(workload: str, mode: str, steps: int, threads: dict[str, int], seed: int) -> dict[str, float]:
+    """One mode on one workload and seed: throughput, time to the target, final reward, idle fractions."""
     split = {"explorer_threads": threads["explorer"], "learner_threads": threads["learner"]}
     sections: dict[str, dict[str, Any]] = {
         "both, offset 0": {"trainer": {"threads": threads["lock"]}, "synchronizer": {"sync_offset": 0}},
         "both, offset 1": {"synchronizer": {"sync_offset": 1, **split}},
         "async": {"synchronizer": {"sync_offset": 1, **split}},
     }[mode]
-    config = _config(workload, steps, **sections)
+    config = _config(workload, steps, seed, **sections)
     config["mode"] = "async" if mode == "async" else "both"
     history = _spawn(config)["history"]
     rows = history[1:]
@@ -138,12 +139,18 @@ def measure(workload: str, mode: str, steps: int, threads: dict[str, int]) -> di
     }
 
 
+def _mean(runs: list[dict[str, float]], key: str) -> float:
+    values = [r[key] for r in runs]
+    return sum(values) / len(values)
+
+
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="steps per mode run (default: per workload)")
     parser.add_argument("--probe-steps", type=int, default=40)
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds of the mode runs (their means)")
     cores = os.cpu_count() or 2
     parser.add_argument("--explorer-threads", type=int, default=max(1, cores // 2))
     parser.add_argument("--learner-threads", type=int, default=max(1, cores - cores // 2))
@@ -167,13 +174,17 @@ def main() -> None:
         threads = {"lock": best, "explorer": args.explorer_threads, "learner": args.learner_threads}
         steps = args.steps or WORKLOADS[workload]["steps"]
         base = None
+        seeds = [int(s) for s in args.seeds.split(",")]
         for mode in MODES:
-            m = measure(workload, mode, steps, threads)
+            runs = [measure(workload, mode, steps, threads, seed) for seed in seeds]
+            m = {k: _mean(runs, k) for k in runs[0]}
             base = base or m["exp_per_s"]
             speedup = m["exp_per_s"] / base
+            each = ", ".join(f"{r['final']:.3f}" for r in runs)
+            finals = f" ({each})" if len(runs) > 1 else ""
             print(
                 f"| {workload} | {mode} | {m['exp_per_s']:.0f} | {speedup:.2f}x | {speedup / bound:.0%} | "
-                f"{m['to_target_s']:.1f} | {m['final']:.3f} | {m['explorer_idle']:.2f} | "
+                f"{m['to_target_s']:.1f} | {m['final']:.3f}{finals} | {m['explorer_idle']:.2f} | "
                 f"{m['learner_idle']:.2f} |",
                 flush=True,
             )

@@ -262,6 +262,13 @@ class TrainerConfig(Section):
         description="Token budget of a forward/backward: consecutive rows packed while their tokens fit "
         "(a longer row goes alone); combined with micro_batch_size, both limits hold. Unset: off.",
     )
+    share_prompts: bool = Field(
+        default=True,
+        description="Run a prompt that several rows of a micro-batch share through the model once and "
+        "their responses on its key-value cache (the same log-probs and gradients up to float rounding, "
+        "less work with several responses per prompt); false: every row whole. Off by itself under "
+        "FSDP, DeepSpeed and gradient checkpointing.",
+    )
     balance_batch: bool = Field(
         default=True,
         description="With several processes and a preset whose can_balance_batch is true, give every "

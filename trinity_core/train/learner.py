@@ -120,6 +120,7 @@ class Learner:
         self.use_entropy = components.entropy is not None
         self.entropy_grad = getattr(components.entropy, "entropy_coef", 1.0) != 0.0  # 0: a metric only
         self.need_old_pass = tcfg.epochs * tcfg.minibatches > 1
+        self.share_prompts = tcfg.share_prompts
         self.max_staleness = config.synchronizer.max_staleness
         self.train_mode = needs_train_mode(config)
         self.balance = balances(config, components.preset, accelerator.num_processes)
@@ -169,10 +170,14 @@ class Learner:
         # 3. No-grad passes and trainer-side advantages.
         if self.need_old_pass:
             with prof.section("old_logprob"), torch.no_grad():
-                batch.extras["old_logprobs"] = response_logprobs(self.policy, ids, attn, P, False)[0]
+                batch.extras["old_logprobs"] = response_logprobs(
+                    self.policy, ids, attn, P, False, share_prompts=self.share_prompts
+                )[0]
         if self.ref is not None:
             with prof.section("reference"), torch.no_grad():
-                batch.extras["ref_logprobs"] = response_logprobs(self.ref, ids, attn, P, False)[0]
+                batch.extras["ref_logprobs"] = response_logprobs(
+                    self.ref, ids, attn, P, False, share_prompts=self.share_prompts
+                )[0]
         if self.critic is not None:
             batch.extras["values"] = self.critic.values(ids, attn, P)
         if self.teacher is not None:
@@ -182,7 +187,9 @@ class Learner:
                 old = batch.extras.get("old_logprobs")
                 if old is None:
                     with torch.no_grad():
-                        old = response_logprobs(self.policy, ids, attn, P, False)[0]
+                        old = response_logprobs(
+                            self.policy, ids, attn, P, False, share_prompts=self.share_prompts
+                        )[0]
                 scores, kl_metrics = comps.kl_penalty.apply_kl_penalty_to_reward(
                     batch.token_level_scores(), old, batch.extras["ref_logprobs"], mask
                 )
@@ -255,7 +262,9 @@ class Learner:
         # 2. Reference pass: π_ref log-probs for the DPO loss and KL losses.
         if self.ref is not None:
             with prof.section("reference"), torch.no_grad():
-                columns["ref_logprob"] = response_logprobs(self.ref, ids, attn, P, False)[0]
+                columns["ref_logprob"] = response_logprobs(
+                    self.ref, ids, attn, P, False, share_prompts=self.share_prompts
+                )[0]
 
         # 3. Update: one optimizer step over micro-batches (global normalizers, as in mode both).
         metrics.update(self.update(ids, attn, P, columns, len(batch)))
@@ -344,7 +353,9 @@ class Learner:
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """One micro-batch's loss (:func:`~trinity_core.components.micro_batch_loss.micro_batch_loss`)."""
         comps = self.components
-        logprob, entropy = response_logprobs(self.model, ids, attn, P, self.use_entropy, self.entropy_grad)
+        logprob, entropy = response_logprobs(
+            self.model, ids, attn, P, self.use_entropy, self.entropy_grad, share_prompts=self.share_prompts
+        )
         return micro_batch_loss(
             comps.policy_loss,
             comps.kl_loss,

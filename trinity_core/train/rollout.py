@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trinity_core.train.shared_prompt import prefill_shared_prompts
+
 __all__ = ["Rollout", "encode_prompts", "generate", "pad_rows", "sample_padded"]
 
 
@@ -81,8 +83,9 @@ def generate(
     return sample_padded(
         model,
         tokenizer,
-        ids.repeat_interleave(repeat, dim=0),
-        mask.repeat_interleave(repeat, dim=0),
+        ids,
+        mask,
+        repeat=repeat,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         top_p=top_p,
@@ -107,6 +110,7 @@ def sample_padded(
     ids: Tensor,
     mask: Tensor,
     *,
+    repeat: int = 1,
     max_new_tokens: int,
     temperature: float,
     top_p: float = 1.0,
@@ -114,7 +118,13 @@ def sample_padded(
     greedy: bool = False,
     logprobs: bool = False,
 ) -> Rollout:
-    """One response per row of the left-padded prompts ``ids`` / ``mask`` (the body of :func:`generate`)."""
+    """``repeat`` responses per row of the left-padded prompts ``ids`` / ``mask`` (the body of
+    :func:`generate`); rows ``i*repeat .. i*repeat+repeat-1`` answer prompt ``i``.
+
+    A repeated prompt is run through the model once (all its tokens but the last) and its key-value
+    cache repeated for its rows (:func:`~trinity_core.train.shared_prompt.prefill_shared_prompts`);
+    ``generate`` then starts from that cache: the same samples, less work.
+    """
     device = ids.device
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     sampling: dict[str, Any] = (
@@ -126,9 +136,12 @@ def sample_padded(
         sampling["output_logits"] = True
     was_training = model.training
     model.eval()
+    cache = prefill_shared_prompts(model, ids, mask, repeat)
+    ids, mask = ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0)
     out = model.generate(
         input_ids=ids,
         attention_mask=mask.long(),
+        **cache,
         max_new_tokens=max_new_tokens,
         min_new_tokens=1,
         eos_token_id=eos,

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from trinity_core.config import TrainerConfig
+from trinity_core.train.shared_prompt import shared_prompt_logits
 
 __all__ = [
     "lr_scheduler",
@@ -32,6 +33,7 @@ def response_logprobs(
     prompt_width: int,
     with_entropy: bool,
     entropy_grad: bool = True,
+    share_prompts: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs ``(B, R)`` of the response tokens ``input_ids[:, P:]`` (and per-token entropy).
 
@@ -45,13 +47,19 @@ def response_logprobs(
     ``logsumexp(z) - sum softmax(z) z`` needs one soft-max only when asked for, and is computed without
     autograd when ``entropy_grad`` is False (an entropy coefficient of 0: the entropy is only a metric, and
     its zero gradient would cost a backward pass through a ``(B, R, V)`` soft-max).
+
+    With ``share_prompts``, rows that repeat a prompt run it once
+    (:func:`~trinity_core.train.shared_prompt.shared_prompt_logits`) where the model allows.
     """
-    width = input_ids.shape[1] - prompt_width + 1
-    kwargs: dict[str, Any] = {"logits_to_keep": width} if _keeps_logits(model) else {}
-    if attention_mask is not None:
-        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
-        kwargs["attention_mask"] = attention_mask.long()
-    logits = model(input_ids=input_ids, **kwargs).logits[:, -width:-1].float()
+    logits = shared_prompt_logits(model, input_ids, attention_mask, prompt_width) if share_prompts else None
+    if logits is None:
+        width = input_ids.shape[1] - prompt_width + 1
+        kwargs: dict[str, Any] = {"logits_to_keep": width} if _keeps_logits(model) else {}
+        if attention_mask is not None:
+            kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+            kwargs["attention_mask"] = attention_mask.long()
+        logits = model(input_ids=input_ids, **kwargs).logits[:, -width:-1]
+    logits = logits.float()
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, input_ids[:, prompt_width:, None].long()).squeeze(-1) - lse
     entropy = None
