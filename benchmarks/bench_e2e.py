@@ -354,17 +354,18 @@ def per_step(a: argparse.Namespace, sizes: list[str], folder: Path) -> None:
 
 def reward_time(a: argparse.Namespace) -> None:
     """Time to mean reward 0.9 (5-step window) per seed, sides interleaved (default size, toy stack)."""
-    print("| seed | trinity s (steps) | TRL s (steps) |")
-    print("|---|---|---|")
+    print("| seed | trinity s (steps) | TRL s (steps) | trinity final reward | TRL final reward |")
+    print("|---|---|---|---|---|")
     for seed in (int(s) for s in a.seeds.split(",")):
-        cells = []
+        cells, finals = {}, {}
         for side in ("trinity", "trl") if seed % 2 == 0 else ("trl", "trinity"):
             run = spawn(side, a, "0.33M", seed, a.max_steps, [])
             t = time_to_reward(run, 0.9)
             steps = next((i + 1 for i in range(len(run["step_s"])) if sum(run["step_s"][: i + 1]) >= t), None)
-            cells.append((side, f"{t:.1f} ({steps})" if steps else "not reached"))
-        d = dict(cells)
-        print(f"| {seed} | {d['trinity']} | {d['trl']} |")
+            cells[side] = f"{t:.1f} ({steps})" if steps else "not reached"
+            finals[side] = statistics.fmean(run["reward"][-50:])  # mean of the last 50 steps
+        rewards = f"{finals['trinity']:.3f} | {finals['trl']:.3f}"
+        print(f"| {seed} | {cells['trinity']} | {cells['trl']} | {rewards} |")
 
 
 def main() -> None:

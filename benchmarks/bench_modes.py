@@ -5,8 +5,9 @@ machine; ``--steps``/``--probe-steps`` shorten it). Two workloads, the same seed
 
 * ``default``: the embedded default run (``trinity train`` with no config: last digit of a+b, grpo,
   16 prompts x 16 responses a step; generation about a quarter of a lock-step step);
-* ``reverse``: the same run on reversing a 14-letter string (15-token answers; generation was a third of
-  a lock-step step on 2 loaded cores, the probe prints the split).
+* ``reverse``: the same run on reversing a 14-letter string (15-token answers; the probe prints the split
+  of a lock-step step between generation and the rest);
+* ``reverse-small``: ``reverse`` with 4 prompts a step (64 rows), the generation-heavy workload.
 
 Every run is a fresh process (``--one``), started with ``OMP_WAIT_POLICY=PASSIVE`` (idle OpenMP threads
 sleep instead of spinning on the cores the other part needs; OpenMP reads it when torch is imported).
@@ -45,6 +46,14 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "tasks": {"name": "reverse", "args": {"length": 14, "letters": "abc"}},
         "target": None,  # exact match of 14 letters: the reward stays 0 for hundreds of steps
         "steps": 60,
+    },
+    # Generation-heavy: the same answers for a quarter of the rows. Generating a token costs a step's
+    # worth of per-call overhead whatever the rows, the update scales with the rows.
+    "reverse-small": {
+        "tasks": {"name": "reverse", "args": {"length": 14, "letters": "abc"}},
+        "rollout": {"prompts_per_step": 4},
+        "target": None,
+        "steps": 100,
     },
 }
 FINAL = 50

@@ -120,3 +120,34 @@ def test_lora_policy_and_its_adapter_free_reference_share_prompts() -> None:
         shared = response_logprobs(ref, ids, attn, P, with_entropy=False, share_prompts=True)[0]
     valid = attn[:, P:] if attn is not None else torch.ones_like(plain, dtype=torch.bool)
     torch.testing.assert_close(shared[valid], plain[valid], rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_generation_from_a_shared_prefill_samples_the_same_tokens(greedy: bool) -> None:
+    from trinity_core.train.model import build_char_tokenizer
+    from trinity_core.train.rollout import encode_prompts, sample_padded
+
+    tok = build_char_tokenizer("abcdef+=")
+    model = tiny_model(len(tok), seed=0)
+    ids, mask = encode_prompts(tok, ["ab+c=", "f=", "abc+def="], torch.device("cpu"))
+    setting = {"max_new_tokens": 6, "temperature": 1.0, "greedy": greedy, "logprobs": True}
+    torch.manual_seed(7)
+    shared = sample_padded(model, tok, ids, mask, repeat=4, **setting)
+    torch.manual_seed(7)
+    whole = sample_padded(model, tok, ids.repeat_interleave(4, 0), mask.repeat_interleave(4, 0), **setting)
+    assert torch.equal(shared.response_ids, whole.response_ids)
+    assert torch.equal(shared.prompt_ids, whole.prompt_ids)
+    assert shared.logprobs is not None
+    assert whole.logprobs is not None
+    torch.testing.assert_close(shared.logprobs, whole.logprobs, rtol=0, atol=2e-5)
+
+
+def test_no_shared_prefill_where_generate_builds_its_own_cache() -> None:
+    from trinity_core.train.shared_prompt import prefill_shared_prompts
+
+    model = tiny_model(V, seed=0)
+    ids, mask = torch.randint(3, V, (2, 4)), torch.ones(2, 4, dtype=torch.bool)
+    assert prefill_shared_prompts(model, ids, mask, repeat=3)
+    assert not prefill_shared_prompts(model, ids, mask, repeat=1)
+    model.generation_config.cache_implementation = "static"
+    assert not prefill_shared_prompts(model, ids, mask, repeat=3)

@@ -126,13 +126,16 @@ def shared_prompt_logits(
 def prefill_shared_prompts(model: Any, ids: Tensor, mask: Tensor, repeat: int) -> dict[str, Any]:
     """The key-value cache of the left-padded prompts ``ids`` / ``mask`` but their last token, repeated
     ``repeat`` times per prompt, as the keyword argument ``generate`` takes it (``{}`` when ``repeat`` is
-    1, the prompts are one token long, or ``model`` cannot share a prompt).
+    1, the prompts are one token long, ``model`` cannot share a prompt, or its generation config names a
+    cache implementation of its own, which ``generate`` would build instead).
 
     ``generate`` given the repeated prompts and this cache runs only their last token before sampling, so
     each prompt's prefill is done once instead of ``repeat`` times.
     """
     call = _prompt_call(model)
     if call is None or repeat < 2 or ids.shape[1] < 2:
+        return {}
+    if getattr(getattr(model, "generation_config", None), "cache_implementation", None):
         return {}
     kwarg, prompt_kwargs = call
     attn = mask.long()
