@@ -181,7 +181,7 @@ class Learner:
         if self.critic is not None:
             batch.extras["values"] = self.critic.values(ids, attn, P)
         if self.teacher is not None:
-            score_with_teacher(self.teacher, self.policy, batch, ids, attn, P, prof)
+            score_with_teacher(self.teacher, self.policy, batch, ids, attn, P, prof, self.share_prompts)
         if in_trainer:
             if comps.kl_penalty is not None:
                 old = batch.extras.get("old_logprobs")

@@ -81,19 +81,31 @@ def load_teacher(config: ResolvedConfig, policy: Any, device: torch.device) -> A
 
 
 def score_with_teacher(
-    teacher: Any, policy: Any, batch: Any, ids: Tensor, attn: Tensor | None, P: int, profiler: Any
+    teacher: Any,
+    policy: Any,
+    batch: Any,
+    ids: Tensor,
+    attn: Tensor | None,
+    P: int,
+    profiler: Any,
+    share_prompts: bool = False,
 ) -> None:
     """Put the teacher's log-probs of the sampled tokens in ``batch.extras["teacher_logprobs"]``.
 
     The student's side, ``old_logprobs``, is added too when neither an earlier pass nor the rollout
-    (``batch.logprobs``) gave it: the distillation advantages compare the two.
+    (``batch.logprobs``) gave it: the distillation advantages compare the two. ``share_prompts``: run
+    each repeated prompt once (``trainer.share_prompts``, see :func:`response_logprobs`).
     """
     with torch.no_grad():
         with profiler.section("teacher"):
-            batch.extras["teacher_logprobs"] = response_logprobs(teacher, ids, attn, P, False)[0]
+            batch.extras["teacher_logprobs"] = response_logprobs(
+                teacher, ids, attn, P, False, share_prompts=share_prompts
+            )[0]
         if "old_logprobs" not in batch.extras and batch.logprobs is None:
             with profiler.section("old_logprob"):
-                batch.extras["old_logprobs"] = response_logprobs(policy, ids, attn, P, False)[0]
+                batch.extras["old_logprobs"] = response_logprobs(
+                    policy, ids, attn, P, False, share_prompts=share_prompts
+                )[0]
 
 
 def write_answer_experiences(
