@@ -101,6 +101,7 @@ def test_loss_and_gradient_equal_trinity_train(tmp_path: Any, components: dict[s
         model=twin,
         use_entropy=trainer.trinity.entropy is not None,
         entropy_grad=True,  # the entropy term's gradient counts, as in TRL's loss
+        share_prompts=True,  # trinity train's default: each repeated prompt run once
     )
     cols = {"action_mask": mask, "advantages": inputs["advantages"][:, None].expand(8, 4)}
     ref_loss, _ = Learner._loss(fake, ids, None, 5, cols, global_normalizers([mask]))
