@@ -31,6 +31,7 @@ import argparse
 import copy
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -148,11 +149,6 @@ def measure(workload: str, mode: str, steps: int, threads: dict[str, int], seed:
     }
 
 
-def _mean(runs: list[dict[str, float]], key: str) -> float:
-    values = [r[key] for r in runs]
-    return sum(values) / len(values)
-
-
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -186,7 +182,7 @@ def main() -> None:
         seeds = [int(s) for s in args.seeds.split(",")]
         for mode in MODES:
             runs = [measure(workload, mode, steps, threads, seed) for seed in seeds]
-            m = {k: _mean(runs, k) for k in runs[0]}
+            m = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
             base = base or m["exp_per_s"]
             speedup = m["exp_per_s"] / base
             each = ", ".join(f"{r['final']:.3f}" for r in runs)

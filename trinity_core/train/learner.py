@@ -170,14 +170,10 @@ class Learner:
         # 3. No-grad passes and trainer-side advantages.
         if self.need_old_pass:
             with prof.section("old_logprob"), torch.no_grad():
-                batch.extras["old_logprobs"] = response_logprobs(
-                    self.policy, ids, attn, P, False, share_prompts=self.share_prompts
-                )[0]
+                batch.extras["old_logprobs"] = self._logprobs(self.policy, ids, attn, P)
         if self.ref is not None:
             with prof.section("reference"), torch.no_grad():
-                batch.extras["ref_logprobs"] = response_logprobs(
-                    self.ref, ids, attn, P, False, share_prompts=self.share_prompts
-                )[0]
+                batch.extras["ref_logprobs"] = self._logprobs(self.ref, ids, attn, P)
         if self.critic is not None:
             batch.extras["values"] = self.critic.values(ids, attn, P)
         if self.teacher is not None:
@@ -187,9 +183,7 @@ class Learner:
                 old = batch.extras.get("old_logprobs")
                 if old is None:
                     with torch.no_grad():
-                        old = response_logprobs(
-                            self.policy, ids, attn, P, False, share_prompts=self.share_prompts
-                        )[0]
+                        old = self._logprobs(self.policy, ids, attn, P)
                 scores, kl_metrics = comps.kl_penalty.apply_kl_penalty_to_reward(
                     batch.token_level_scores(), old, batch.extras["ref_logprobs"], mask
                 )
@@ -262,9 +256,7 @@ class Learner:
         # 2. Reference pass: π_ref log-probs for the DPO loss and KL losses.
         if self.ref is not None:
             with prof.section("reference"), torch.no_grad():
-                columns["ref_logprob"] = response_logprobs(
-                    self.ref, ids, attn, P, False, share_prompts=self.share_prompts
-                )[0]
+                columns["ref_logprob"] = self._logprobs(self.ref, ids, attn, P)
 
         # 3. Update: one optimizer step over micro-batches (global normalizers, as in mode both).
         metrics.update(self.update(ids, attn, P, columns, len(batch)))
@@ -369,6 +361,10 @@ class Learner:
         )
 
     # ------------------------------------------------------------------ helpers
+
+    def _logprobs(self, model: Any, ids: Tensor, attn: Tensor | None, P: int) -> Tensor:
+        """Log-probs of the response tokens under ``model`` without entropy (call it under no_grad)."""
+        return response_logprobs(model, ids, attn, P, False, share_prompts=self.share_prompts)[0]
 
     def reduce(self, metrics: dict[str, Tensor]) -> dict[str, float]:
         """The step's metrics averaged over ranks: one reduction, one host transfer."""
