@@ -1,4 +1,5 @@
-"""Modes against each other: ``both`` (offset 0), ``both`` with ``sync_offset: 1``, and ``async``.
+"""Modes against each other: ``both`` (offset 0), ``both`` with ``sync_offset: 1`` (the explorer in a
+thread, or in a process with ``synchronizer.explorer_process``), and ``async``.
 
 Run: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_modes.py`` (about 10 minutes on a quiet 2-core
 machine; ``--steps``/``--probe-steps`` shorten it). Two workloads, the same seed for every run:
@@ -17,8 +18,9 @@ sleep instead of spinning on the cores the other part needs; OpenMP reads it whe
    ``gen_T`` and ``rest_T``. The best lock step takes ``min_T (gen_T + rest_T)``; overlapping the phases,
    each with its share of the cores (``--explorer-threads`` + ``--learner-threads`` = the cores), takes at
    best ``max(gen_E, rest_L)``; the bound is the ratio.
-2. **Modes.** Offset 0 with the best probe's threads (the lock-step baseline); offset 1 and async with
-   ``synchronizer.explorer_threads`` / ``learner_threads``. Per mode: experiences per second (after the
+2. **Modes.** Offset 0 with the best probe's threads (the lock-step baseline); offset 1 (explorer
+   thread, explorer process) and async with ``synchronizer.explorer_threads`` / ``learner_threads``
+   (``--modes`` picks some). Per mode: experiences per second (after the
    first step), speedup over lock step and its share of the bound, wall seconds to the reward target
    (first step whose 10-step mean reward reaches it), final reward (mean of the last 50 steps) and each
    part's mean idle fraction, each the mean over ``--seeds`` (the final rewards of every seed in
@@ -59,7 +61,13 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 FINAL = 50
 """Steps the final reward is averaged over."""
-MODES = ("both, offset 0", "both, offset 1", "async")
+MODES = {
+    "lock": "both, offset 0",
+    "offset1": "both, offset 1",
+    "offset1-process": "both, offset 1, process",
+    "async": "async",
+}
+"""``--modes`` names and the table's labels."""
 
 
 def _config(workload: str, steps: int, seed: int = 0, **extra: Any) -> dict[str, Any]:
@@ -124,6 +132,7 @@ def measure(workload: str, mode: str, steps: int, threads: dict[str, int], seed:
     sections: dict[str, dict[str, Any]] = {
         "both, offset 0": {"trainer": {"threads": threads["lock"]}, "synchronizer": {"sync_offset": 0}},
         "both, offset 1": {"synchronizer": {"sync_offset": 1, **split}},
+        "both, offset 1, process": {"synchronizer": {"sync_offset": 1, "explorer_process": True, **split}},
         "async": {"synchronizer": {"sync_offset": 1, **split}},
     }[mode]
     config = _config(workload, steps, seed, **sections)
@@ -159,6 +168,11 @@ def main() -> None:
     cores = os.cpu_count() or 2
     parser.add_argument("--explorer-threads", type=int, default=max(1, cores // 2))
     parser.add_argument("--learner-threads", type=int, default=max(1, cores - cores // 2))
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"comma-separated, in order, the first the baseline (default {','.join(MODES)})",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -180,7 +194,7 @@ def main() -> None:
         steps = args.steps or WORKLOADS[workload]["steps"]
         base = None
         seeds = [int(s) for s in args.seeds.split(",")]
-        for mode in MODES:
+        for mode in (MODES[name] for name in args.modes.split(",")):
             runs = [measure(workload, mode, steps, threads, seed) for seed in seeds]
             m = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
             base = base or m["exp_per_s"]

@@ -100,7 +100,9 @@ class SynchronizerConfig(Section):
     ``e + sync_offset`` overlaps the update of step ``e``. ``sync_interval: 1, sync_offset: 0`` is lock
     step: each step's rollouts come from the current policy. In mode ``async`` the explorer is a process
     of its own that runs ahead freely (at most ``max(sync_offset, 1)`` steps waiting in the link) and
-    loads the weights published every ``sync_interval`` learner steps (``method``).
+    loads the weights published every ``sync_interval`` learner steps (``method``). Mode ``both`` with
+    ``sync_offset > 0`` runs its explorer in a thread, or with ``explorer_process`` in a process of its
+    own that is kept exactly ``sync_offset`` steps ahead (the same weight versions as the thread).
     """
 
     sync_interval: int = Field(
@@ -125,8 +127,17 @@ class SynchronizerConfig(Section):
     method: Literal["memory", "checkpoint"] = Field(
         default="memory",
         description=(
-            "Mode async: how weights reach the explorer process (memory: shared memory; checkpoint: a "
-            "safetensors file in <run_dir>/sync)."
+            "Mode async and explorer_process: how weights reach the explorer process (memory: shared "
+            "memory; checkpoint: a safetensors file in <run_dir>/sync)."
+        ),
+    )
+    explorer_process: bool = Field(
+        default=False,
+        description=(
+            "Mode both with sync_offset > 0: run the explorer in a process of its own (weights through "
+            "method) instead of a thread of the learner's process, still exactly sync_offset steps "
+            "ahead. Faster where generation is mostly Python work (small models on CPU), since the two "
+            "parts no longer take turns on the interpreter lock; one learner process only."
         ),
     )
     explorer_threads: int | None = Field(
@@ -149,7 +160,7 @@ class SynchronizerConfig(Section):
         default=600.0,
         gt=0,
         description=(
-            "Mode async: seconds the learner waits for experiences (buffer empty) or the explorer for room "
-            "in the buffer (buffer full) before the run stops with an error."
+            "Mode async and explorer_process: seconds the learner waits for experiences (buffer empty) or "
+            "the explorer for room in the buffer (buffer full) before the run stops with an error."
         ),
     )

@@ -7,6 +7,10 @@ Spawned by :func:`trinity_core.train.async_mode.run_async`. Each step::
     shipment  = experiences + explorer metrics   -> link (bounded: at most synchronizer.sync_offset or 1
                                                     steps wait there; a full link waits <= timeout)
 
+With a :class:`~trinity_core.train.step_gate.StepGate` (mode ``both`` with
+``synchronizer.explorer_process``) rollout ``step`` first waits for the learner's step
+``step - sync_offset - 1``, so the explorer runs exactly ``sync_offset`` steps ahead, as its thread would.
+
 It stops with an error message when the learner process is gone or the link stays full for
 ``synchronizer.timeout`` seconds, and quietly when the learner sets ``stop``. Ctrl-C is left to the
 learner process, which stops this one.
@@ -34,11 +38,14 @@ from trinity_core.config import ResolvedConfig
 from trinity_core.hooks import get_plugin_manager
 from trinity_core.train.build import build_components, build_rewards, build_task
 from trinity_core.train.explorer import Explorer
-from trinity_core.train.model import load_policy
+from trinity_core.train.model import load_policy, prepare_policy
 from trinity_core.train.profile import StepProfiler
+from trinity_core.train.prompts import build_prompter
+from trinity_core.train.step_gate import StepGate
 from trinity_core.train.synchronizer import WeightChannel
+from trinity_core.train.weights import weights_dtype
 
-__all__ = ["POLL_S", "ExplorerSpec", "LearnerGone", "Shipment", "explorer_process"]
+__all__ = ["POLL_S", "ExplorerSpec", "LearnerGone", "Shipment", "build_explorer", "explorer_process"]
 
 POLL_S = 0.2
 """Seconds between checks of the other process while a side waits on the link."""
@@ -80,6 +87,9 @@ class ExplorerSpec:
     weights: WeightChannel
     registrations: list[tuple[str, str, Any, bool]] = field(default_factory=list)
     """The learner process's in-process registry entries ``(kind, name, object, replace)``."""
+    gate: StepGate | None = None
+    """Mode ``both``'s explorer process: keeps the explorer exactly ``sync_offset`` steps ahead (None:
+    mode ``async``, the explorer runs ahead freely)."""
 
 
 def explorer_process(spec: ExplorerSpec) -> None:
@@ -97,24 +107,27 @@ def explorer_process(spec: ExplorerSpec) -> None:
         raise SystemExit(1) from None
 
 
-def _explore(spec: ExplorerSpec) -> None:
-    config = spec.config
-    for kind, name, obj, replace in spec.registrations:
-        registry.register(kind, name, obj, replace=replace)
-    torch.set_num_threads(spec.threads)
+def build_explorer(
+    config: ResolvedConfig, start_step: int, writer: Any, loop: asyncio.AbstractEventLoop
+) -> Explorer:
+    """The explorer process's :class:`Explorer`, writing to ``writer``: its task, rewards and prompts as the
+    learner process has them, and a frozen policy built as the learner's is (dtype, LoRA adapters), so
+    that the learner's weights load into it by name."""
     seed = config.trainer.seed
-    # A stream of its own per start step: a resumed run does not replay the first run's tasks.
-    torch.manual_seed(seed * 1_000_003 + 17 * spec.start_step + 1)
     task = build_task(config)
-    writer, reader = make_buffer("memory")
     model, tokenizer = load_policy(
-        config.model.model_path, config.model.tokenizer_path, config.model.config, task.alphabet(), seed=seed
+        config.model.model_path,
+        config.model.tokenizer_path,
+        config.model.config,
+        task.alphabet(),
+        seed=seed,
+        dtype=weights_dtype(config),
     )
+    model = prepare_policy(model, config)
     model.requires_grad_(False)
     cpu = config.trainer.device == "cpu" or not torch.cuda.is_available()
     model.to(torch.device("cpu" if cpu else "cuda"))
-    loop = asyncio.new_event_loop()
-    explorer = Explorer(
+    return Explorer(
         config,
         rank=0,
         prompts_per_rank=config.rollout.prompts_per_step,
@@ -125,17 +138,35 @@ def _explore(spec: ExplorerSpec) -> None:
         components=build_components(config, writer),
         writer=writer,
         pm=get_plugin_manager(),
-        task_gen=torch.Generator().manual_seed(seed * 7919 + spec.start_step),
+        task_gen=torch.Generator().manual_seed(seed * 7919 + start_step),
         profiler=StepProfiler(False, torch.device("cpu")),
         event_loop=loop,
+        prompter=build_prompter(tokenizer, config.model.chat_template, task),
     )
+
+
+def _explore(spec: ExplorerSpec) -> None:
+    config = spec.config
+    for kind, name, obj, replace in spec.registrations:
+        registry.register(kind, name, obj, replace=replace)
+    torch.set_num_threads(spec.threads)
+    # A stream of its own per start step: a resumed run does not replay the first run's tasks.
+    torch.manual_seed(config.trainer.seed * 1_000_003 + 17 * spec.start_step + 1)
+    writer, reader = make_buffer("memory")
+    loop = asyncio.new_event_loop()
+    explorer = build_explorer(config, spec.start_step, writer, loop)
+    model = explorer.policy
     explorer.version = spec.weights.load_newer(model, -1)
     spec.ready.set()
     idle, began = 0.0, time.perf_counter()
     try:
         for step in range(spec.start_step, spec.total_steps):
             _check_learner(spec)
+            if spec.gate is not None:
+                idle += _await_learner(spec, spec.gate, step)
             explorer.version = spec.weights.load_newer(model, explorer.version)
+            if spec.gate is not None:
+                spec.gate.mark_started(step)
             metrics = explorer.write(explorer.rollout(step))
             experiences = loop.run_until_complete(reader.read())
             reader.discard_read()  # type: ignore[attr-defined]
@@ -160,6 +191,17 @@ def _check_learner(spec: ExplorerSpec) -> None:
     parent = multiprocessing.parent_process()
     if parent is not None and not parent.is_alive():
         raise LearnerGone(f"the learner process (pid {parent.pid}) is gone")
+
+
+def _await_learner(spec: ExplorerSpec, gate: StepGate, step: int) -> float:
+    """Wait until rollout ``step`` may start (the learner is at most ``sync_offset`` steps behind)."""
+    return gate.wait(
+        lambda: gate.explorer_may_start(step),
+        lambda: _check_learner(spec),
+        timeout=spec.config.synchronizer.timeout,
+        poll_s=POLL_S,
+        what=f"the learner's step {step - gate.offset} before explorer step {step + 1}",
+    )
 
 
 def _put(spec: ExplorerSpec, payload: bytes, step: int) -> float:

@@ -8,6 +8,9 @@
 
 The explorer runs freely ahead of the learner, at most ``max(synchronizer.sync_offset, 1)`` steps
 waiting in the link; the learner drops rows past ``synchronizer.max_staleness`` as in mode ``both``.
+Mode ``both`` with ``synchronizer.explorer_process`` runs the same two processes with a
+:class:`~trinity_core.train.step_gate.StepGate`: the explorer then runs exactly ``sync_offset`` steps
+ahead and each rollout gets the weight version the explorer thread would give it.
 
 Faults: every wait is bounded (``synchronizer.timeout``) and polls the other side. If the explorer
 process fails or dies, the learner raises :class:`ExplorerFailed` naming it and its error or signal; if
@@ -30,15 +33,16 @@ import torch.multiprocessing as mp
 
 from trinity_core import registry
 from trinity_core.codec import deserialize_many
-from trinity_core.config import ConfigError, ConfigProblem
+from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.train.async_explorer import POLL_S, ExplorerSpec, Shipment, explorer_process
+from trinity_core.train.step_gate import StepGate
 from trinity_core.train.synchronizer import WeightChannel
 from trinity_core.train.threads import child_environment, thread_budget, use_threads
 
 if TYPE_CHECKING:
     from trinity_core.train.runner import Runner
 
-__all__ = ["STOP_GRACE_S", "ExplorerFailed", "run_async"]
+__all__ = ["STOP_GRACE_S", "ExplorerFailed", "check_explorer_process", "run_async"]
 
 STOP_GRACE_S = 5.0
 """Seconds the explorer process gets to end after the stop event before it is terminated."""
@@ -50,19 +54,47 @@ class ExplorerFailed(RuntimeError):
     """The explorer process of mode ``async`` failed, died or went silent."""
 
 
-def run_async(runner: Runner) -> None:
-    """Run the remaining steps of ``runner`` with its explorer in a spawned process."""
-    if runner.acc.num_processes > 1:
+def check_explorer_process(config: ResolvedConfig, processes: int) -> None:
+    """Refuse an explorer process where it cannot run: several learner processes, or
+    ``synchronizer.explorer_process`` outside mode ``both`` with ``sync_offset > 0``.
+
+    Raises:
+        ConfigError: at ``mode`` or ``synchronizer.explorer_process``, saying what to change.
+    """
+    sync = config.synchronizer
+    if sync.explorer_process and (config.mode != "both" or sync.sync_offset == 0):
+        where = f"mode {config.mode}" if config.mode != "both" else "sync_offset 0 (lock step)"
         raise ConfigError(
             [
                 ConfigProblem(
-                    "mode",
-                    f"mode async runs one learner process; this launch has {runner.acc.num_processes}",
-                    hint="launch one process, or use mode both for several",
+                    "synchronizer.explorer_process",
+                    f"an explorer process is for mode both with sync_offset > 0; this run has {where}",
+                    hint="set synchronizer.sync_offset: 1 (mode async always has an explorer process), "
+                    "or remove synchronizer.explorer_process",
                 )
             ]
         )
+    if processes > 1 and (config.mode == "async" or sync.explorer_process):
+        key = "mode" if config.mode == "async" else "synchronizer.explorer_process"
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    key,
+                    f"an explorer process serves one learner process; this launch has {processes}",
+                    hint="launch one process, or use mode both with the explorer in a thread for several",
+                )
+            ]
+        )
+
+
+def run_async(runner: Runner, *, ordered: bool = False) -> None:
+    """Run the remaining steps of ``runner`` with its explorer in a spawned process.
+
+    ``ordered`` (mode ``both`` with ``synchronizer.explorer_process``): the explorer runs exactly
+    ``sync_offset`` steps ahead, kept there by a :class:`StepGate`; otherwise it runs ahead freely.
+    """
     config, learner, sync = runner.config, runner.learner, runner.synchronizer
+    check_explorer_process(config, runner.acc.num_processes)
     # Two processes on the same cores: each its thread budget (oversubscribed OpenMP threads spin at
     # every barrier and slow both down many times over).
     budget = thread_budget(config)
@@ -82,6 +114,7 @@ def run_async(runner: Runner) -> None:
         ready=ctx.Event(),
         weights=channel,
         registrations=_registrations(),
+        gate=StepGate(ctx, sync.offset, runner.start_step) if ordered else None,
     )
     process = ctx.Process(target=explorer_process, args=(spec,), name="trinity-explorer", daemon=True)
     with child_environment(budget.explorer):  # read by OpenMP when the explorer imports torch
@@ -104,9 +137,14 @@ def run_async(runner: Runner) -> None:
             out = runner._finish_metrics(step, metrics, wall, explorer_busy, learner_busy)
             runner._record(step, out, checkpoint=True)
 
-            # 3. Weights to the explorer.
+            # 3. Weights to the explorer (ordered: once it has started the rollouts that keep the old ones).
+            gate = spec.gate
             if sync.due(learner.version):
+                if gate is not None and step + gate.offset < runner.total_steps:
+                    _await_explorer(spec, gate, process, step, runner.run_dir)
                 channel.publish(learner.policy, learner.version)
+            if gate is not None:
+                gate.mark_learned(step)
     finally:
         stop_explorer(spec, process)
         use_threads(restore_threads)
@@ -155,6 +193,26 @@ def _receive(spec: ExplorerSpec, process: Any, step: int, run_dir: Path) -> Ship
                     f"(learner step {step + 1}); raise synchronizer.timeout if its steps are that slow"
                     + _resume_hint(run_dir)
                 ) from None
+
+
+def _await_explorer(spec: ExplorerSpec, gate: StepGate, process: Any, step: int, run_dir: Path) -> None:
+    """Wait until the explorer has started rollout ``step + sync_offset`` (ordered mode ``both``)."""
+
+    def check() -> None:
+        if not process.is_alive():
+            raise ExplorerFailed(_death(spec, process, step) + _resume_hint(run_dir))
+
+    try:
+        gate.wait(
+            lambda: gate.learner_may_publish(step),
+            check,
+            timeout=spec.config.synchronizer.timeout,
+            poll_s=POLL_S,
+            what=f"the explorer to start step {step + gate.offset + 1} (learner step {step + 1})",
+        )
+    except TimeoutError as exc:
+        stuck = f"the explorer process (pid {process.pid}) is stuck: {exc}"
+        raise ExplorerFailed(stuck + _resume_hint(run_dir)) from None
 
 
 def _resume_hint(run_dir: Path) -> str:

@@ -14,7 +14,14 @@ from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.train.rewards import RewardFn, load_reward_fns, required_fields
 from trinity_core.train.tasks import Task
 
-__all__ = ["Components", "build_components", "build_rewards", "build_task", "needs_reference"]
+__all__ = [
+    "Components",
+    "build_components",
+    "build_reference",
+    "build_rewards",
+    "build_task",
+    "needs_reference",
+]
 
 _OFF = (None, "none")
 
@@ -39,6 +46,22 @@ def needs_reference(config: ResolvedConfig) -> bool:
     """A reference pass is needed when a KL loss or KL penalty other than ``none`` is selected."""
     alg = config.algorithm
     return alg.kl_loss_fn not in _OFF or alg.kl_penalty_fn not in _OFF
+
+
+def build_reference(config: ResolvedConfig, policy_loss: Any, model: Any) -> Any | None:
+    """The frozen reference model, when a KL term or the policy loss reads ``ref_logprob``: loaded from
+    ``model.ref_model_path``, else made from the initial ``model`` (:func:`reference_policy`)."""
+    from trinity_core.train.model import load_policy, reference_policy
+
+    loss_reads_ref = any(policy_loss.mapper.to_trinity(k) == "ref_logprob" for k in policy_loss.select_keys)
+    if not (needs_reference(config) or loss_reads_ref):
+        return None
+    if not config.model.ref_model_path:
+        return reference_policy(model)
+    ref, _ = load_policy(config.model.ref_model_path, None, {}, "", seed=config.trainer.seed)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref
 
 
 def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = False) -> Components:

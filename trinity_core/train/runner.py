@@ -4,6 +4,8 @@
   ``synchronizer.sync_offset`` steps ahead in a thread with its own copy of the weights, refreshed every
   ``synchronizer.sync_interval`` learner steps (:mod:`trinity_core.train.synchronizer`). Offset 0 and
   interval 1 is lock step: nothing overlaps and the explorer samples with the learner's weights.
+  With ``synchronizer.explorer_process`` that explorer is a spawned process instead of a thread, kept
+  exactly ``sync_offset`` steps ahead (:mod:`trinity_core.train.step_gate`).
 * ``async``: the explorer in a spawned process, weights through shared memory or files
   (:mod:`trinity_core.train.async_mode`).
 * ``explore``: explorer steps only; their experiences go to a disk buffer (``data.experiences``,
@@ -32,12 +34,12 @@ from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.hooks import get_plugin_manager, notify_metrics
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train import checkpoint_state, reporting
-from trinity_core.train.async_mode import run_async
-from trinity_core.train.build import build_components, build_rewards, build_task, frozen_copy, needs_reference
+from trinity_core.train.async_mode import check_explorer_process, run_async
+from trinity_core.train.build import build_components, build_reference, build_rewards, build_task, frozen_copy
 from trinity_core.train.expert import load_expert_data
 from trinity_core.train.explorer import Explored, Explorer
 from trinity_core.train.learner import Learner, check_loss_inputs
-from trinity_core.train.model import load_policy, prepare_policy, reference_policy
+from trinity_core.train.model import load_policy, prepare_policy
 from trinity_core.train.offline import check_offline_trainer, check_vocabulary, load_stored_experiences
 from trinity_core.train.periodic import RunOutputs
 from trinity_core.train.profile import StepProfiler
@@ -69,6 +71,7 @@ class Runner:
         world = accelerator.num_processes
         self.rank, self.is_main = accelerator.process_index, accelerator.is_main_process
         offline = config.mode == "train"
+        check_explorer_process(config, world)
         if offline:
             check_offline_trainer(config)
         elif rcfg.prompts_per_step % world:
@@ -121,7 +124,7 @@ class Runner:
         model = prepare_policy(model, config)  # gradient checkpointing, LoRA
         if self.data is not None:
             check_vocabulary(self.data, model)
-        ref = self._reference(model)
+        ref = build_reference(config, self.components.policy_loss, model)
         optimizer = make_optimizer(model, tcfg)
         scheduler = lr_scheduler(optimizer, tcfg.lr_scheduler, tcfg.warmup_steps, self.total_steps)
         accelerator.free_memory()  # what save_state writes is this trainer's: drop an earlier one's models
@@ -153,6 +156,10 @@ class Runner:
             expert=expert,
         )
         policy = self.learner.policy
+        # The explorer here samples with the learner's model in lock step, with a copy when it runs in a
+        # thread ahead of it; an explorer process has its own model, and this one only writes the buffer
+        # and evaluates.
+        own_copy = not self.synchronizer.shares_weights and self.local_explorer
         self.explorer = Explorer(
             config,
             rank=self.rank,
@@ -160,7 +167,7 @@ class Runner:
             task=self.task,
             rewards=rewards,
             tokenizer=tokenizer,
-            policy=policy if self.synchronizer.shares_weights else frozen_copy(policy),
+            policy=frozen_copy(policy) if own_copy else policy,
             components=self.components,
             writer=writer,
             pm=self.pm,
@@ -182,18 +189,10 @@ class Runner:
             self.learner.version = self.start_step
             self.explorer.load_weights(Synchronizer.snapshot(policy), self.start_step)
 
-    def _reference(self, model: Any) -> Any | None:
-        """The frozen reference model, when a KL term or the policy loss reads ``ref_logprob``."""
-        loss_fn, mcfg = self.components.policy_loss, self.config.model
-        loss_reads_ref = any(loss_fn.mapper.to_trinity(k) == "ref_logprob" for k in loss_fn.select_keys)
-        if not (needs_reference(self.config) or loss_reads_ref):
-            return None
-        if not mcfg.ref_model_path:
-            return reference_policy(model)
-        ref, _ = load_policy(mcfg.ref_model_path, None, {}, "", seed=self.config.trainer.seed)
-        ref.eval()
-        ref.requires_grad_(False)
-        return ref
+    @property
+    def local_explorer(self) -> bool:
+        """Whether the explorer runs in this process (mode ``both`` without an explorer process)."""
+        return self.config.mode == "both" and not self.config.synchronizer.explorer_process
 
     # ------------------------------------------------------------------ one lock-step step
 
@@ -225,7 +224,11 @@ class Runner:
         self.report.begin(self.start_step, self.total_steps)
         t0 = time.perf_counter()
         try:
-            modes = {"both": self._run_both, "async": lambda: run_async(self), "explore": self._run_explore}
+            modes = {
+                "both": self._run_both if self.local_explorer else lambda: run_async(self, ordered=True),
+                "async": lambda: run_async(self),
+                "explore": self._run_explore,
+            }
             modes.get(self.config.mode, self._run_train)()
         finally:
             self._bar.close()
