@@ -158,7 +158,7 @@ def test_a_stuck_explorer_process_is_a_bounded_wait_for_the_learner(tmp_path: Pa
 
 
 def test_the_explorer_process_builds_its_policy_and_prompts_as_the_learner_does(tmp_path: Path) -> None:
-    rows = word_problems(24, seed=0)
+    rows = word_problems(300, seed=0)  # run_config trains on the first 240, evaluates on the rest
     jsonl, _ = write_dataset(tmp_path, rows)
     model_dir = build_chat_model(tmp_path / "model", rows, format_steps=0)
     config_dict = run_config(model_dir, jsonl)

@@ -70,3 +70,14 @@ def test_async_learns_to_copy(tmp_path: Path) -> None:
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last >= first + 0.3, f"first 10 steps {first:.3f}, last 10 {last:.3f}; curve {result.reward_curve}"
     assert max(row["staleness/max"] for row in result.history) <= 2.0
+
+
+def test_async_trains_lora_adapters_with_the_explorer_loading_them_by_name(tmp_path: Path) -> None:
+    config = _with(sync_offset=1)
+    config["model"] = {**TINY_MODEL, "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
+    result = train(config, run_dir=tmp_path / "run")
+    # The explorer process builds its policy with the same adapters, so every published version loads.
+    assert len(result.history) == 6
+    assert all(row["actor/loss"] == row["actor/loss"] for row in result.history)  # finite, not NaN
+    assert max(row["staleness/max"] for row in result.history) <= 2.0
+    assert not multiprocessing.active_children()
