@@ -5,12 +5,12 @@ Bad input fails here with a message naming the config path and a fix, before any
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 from trinity_core import registry
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.train.model import load_policy, reference_policy
 from trinity_core.train.rewards import RewardFn, load_reward_fns, required_fields
 from trinity_core.train.tasks import Task
 
@@ -51,8 +51,6 @@ def needs_reference(config: ResolvedConfig) -> bool:
 def build_reference(config: ResolvedConfig, policy_loss: Any, model: Any) -> Any | None:
     """The frozen reference model, when a KL term or the policy loss reads ``ref_logprob``: loaded from
     ``model.ref_model_path``, else made from the initial ``model`` (:func:`reference_policy`)."""
-    from trinity_core.train.model import load_policy, reference_policy
-
     loss_reads_ref = any(policy_loss.mapper.to_trinity(k) == "ref_logprob" for k in policy_loss.select_keys)
     if not (needs_reference(config) or loss_reads_ref):
         return None
@@ -209,11 +207,3 @@ def build_rewards(config: ResolvedConfig, task: Task) -> tuple[list[str], list[R
     if problems:
         raise ConfigError(problems)
     return names, fns, weights
-
-
-def frozen_copy(model: Any) -> Any:
-    """A frozen deep copy of ``model`` in eval mode (the default reference model)."""
-    ref = copy.deepcopy(model)
-    ref.eval()
-    ref.requires_grad_(False)
-    return ref

@@ -9,6 +9,7 @@ intermediate 256, 2 layers, 4 heads, tied embeddings).
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -21,6 +22,7 @@ __all__ = [
     "TINY_QWEN2",
     "ModelLoadError",
     "build_char_tokenizer",
+    "frozen_copy",
     "load_policy",
     "needs_train_mode",
     "prepare_policy",
@@ -167,10 +169,17 @@ def prepare_policy(model: Any, config: ResolvedConfig) -> Any:
     return model
 
 
+def frozen_copy(model: Any) -> Any:
+    """A frozen deep copy of ``model`` in eval mode (the default reference model)."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref
+
+
 def reference_policy(model: Any) -> Any:
     """The reference policy made from the initial ``model``: a LoRA model with its adapters disabled (no
     copy), otherwise a frozen copy."""
-    from trinity_core.train.build import frozen_copy
     from trinity_core.train.lora import AdapterDisabled, is_lora
 
     return AdapterDisabled(model) if is_lora(model) else frozen_copy(model)

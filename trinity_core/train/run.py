@@ -73,6 +73,7 @@ RESUME_OVERRIDABLE = (
     "trainer.threads",
     "synchronizer.explorer_threads",
     "synchronizer.learner_threads",
+    "synchronizer.explorer_process",
 )
 """Keys ``--set`` may change on ``--resume``: none of them changes a step already trained."""
 

@@ -35,11 +35,11 @@ from trinity_core.hooks import get_plugin_manager, notify_metrics
 from trinity_core.train import checkpoint as ckpt
 from trinity_core.train import checkpoint_state, reporting
 from trinity_core.train.async_mode import check_explorer_process, run_async
-from trinity_core.train.build import build_components, build_reference, build_rewards, build_task, frozen_copy
+from trinity_core.train.build import build_components, build_reference, build_rewards, build_task
 from trinity_core.train.expert import load_expert_data
 from trinity_core.train.explorer import Explored, Explorer
 from trinity_core.train.learner import Learner, check_loss_inputs
-from trinity_core.train.model import load_policy, prepare_policy
+from trinity_core.train.model import frozen_copy, load_policy, prepare_policy
 from trinity_core.train.offline import check_offline_trainer, check_vocabulary, load_stored_experiences
 from trinity_core.train.periodic import RunOutputs
 from trinity_core.train.profile import StepProfiler
