@@ -68,7 +68,6 @@ def _rewards() -> None:
         # The explorer thread's schedule (docs/modes.md): rollout t uses the newest weights published
         # when the learner finished step t - offset - 1 (only versions that are multiples of the interval
         # are published); the learner trains step t at version t, so its staleness is t minus that.
-        (1, 1, [0.0, 1.0, 1.0, 1.0]),  # versions 0, 0, 1, 2 (as the thread: test_train_modes)
         (1, 2, [0.0, 1.0, 2.0, 1.0]),  # versions 0, 0, 0 (version 1 is not published), 2
         (2, 1, [0.0, 1.0, 2.0, 2.0]),  # versions 0, 0, 0, 1
     ],
@@ -87,10 +86,12 @@ def test_each_rollout_gets_the_weight_version_of_the_threads_schedule(
     assert not multiprocessing.active_children()  # the explorer process is gone
 
 
-def test_an_explorer_process_run_is_reproducible(tmp_path: Path) -> None:
+def test_an_explorer_process_run_is_reproducible_and_one_version_stale(tmp_path: Path) -> None:
     config = _with(sync_offset=1, explorer_process=True)
     first = train(config, run_dir=tmp_path / "a")
     second = train(config, run_dir=tmp_path / "b")
+    # Rollouts with versions 0, 0, 1, 2, as the thread's (test_train_modes), whatever the timing.
+    assert [r["staleness/max"] for r in first.history] == [0.0, 1.0, 1.0, 1.0]
     # Timing differs between the runs; the versions, samples and updates do not.
     assert [r["actor/loss"] for r in first.history] == [r["actor/loss"] for r in second.history]
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
@@ -142,9 +143,9 @@ def test_a_killed_explorer_process_stops_the_learner(tmp_path: Path) -> None:
 def test_a_stuck_explorer_process_is_a_bounded_wait_for_the_learner(tmp_path: Path) -> None:
     # Offset 2: after step 1 the learner may publish only once rollout 3 has started; the explorer hangs
     # in rollout 2 (its reward's second call), so the learner's wait ends at synchronizer.timeout.
-    config = _with("stalling_reward", sync_offset=2, explorer_process=True, timeout=10)
+    config = _with("stalling_reward", sync_offset=2, explorer_process=True, timeout=5)
     with pytest.raises(
-        ExplorerFailed, match=r"is stuck: waited 10s for the explorer to start step 3 \(learner step 1\)"
+        ExplorerFailed, match=r"is stuck: waited 5s for the explorer to start step 3 \(learner step 1\)"
     ):
         train(config, run_dir=tmp_path / "run")
     assert not multiprocessing.active_children()
@@ -206,3 +207,15 @@ def test_a_gate_wait_checks_the_other_side_and_ends_at_its_timeout() -> None:
     waker.start()
     waited = gate.wait(lambda: gate.explorer_may_start(3), lambda: None, timeout=5, poll_s=5, what="")
     assert waited < 4  # woken by the notification, not by the end of the 5 s slice
+
+
+def test_a_resumed_run_restarts_the_explorer_process_at_its_step(tmp_path: Path) -> None:
+    config = _with(sync_offset=1, explorer_process=True)
+    config["trainer"].update(total_steps=2, checkpoint_every=2)
+    train(config, run_dir=tmp_path / "run")
+    resumed = train(resume=tmp_path / "run", overrides=["trainer.total_steps=4"])
+    # The explorer starts again from the learner's weights (version 2): rollout 2 is fresh, rollout 3 is
+    # made with them while the learner trains step 2.
+    assert [row["step"] for row in resumed.history] == [3.0, 4.0]
+    assert [row["staleness/mean"] for row in resumed.history] == [0.0, 1.0]
+    assert not multiprocessing.active_children()

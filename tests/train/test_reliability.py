@@ -491,7 +491,7 @@ def test_extending_a_finished_run_continues_from_its_last_checkpoint(
             "trinity: error: trainer.lr: a resumed run keeps its saved config.yaml: changing this key would "
             "change the run already trained; on --resume, --set accepts only trainer.total_steps, "
             "trainer.checkpoint_every, trainer.keep_checkpoints, trainer.progress, trainer.threads, "
-            "synchronizer.explorer_threads, synchronizer.learner_threads",
+            "synchronizer.explorer_threads, synchronizer.learner_threads, synchronizer.explorer_process",
         ),
     ],
     ids=["run-dir", "set-lr"],
