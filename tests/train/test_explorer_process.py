@@ -21,7 +21,7 @@ from trinity_core.buffer import make_buffer
 from trinity_core.config import ConfigError, resolve_config
 from trinity_core.train import train
 from trinity_core.train.async_explorer import build_explorer
-from trinity_core.train.async_mode import ExplorerFailed
+from trinity_core.train.async_mode import ExplorerFailed, check_explorer_process
 from trinity_core.train.model import load_policy, prepare_policy
 from trinity_core.train.step_gate import StepGate
 
@@ -219,3 +219,21 @@ def test_a_resumed_run_restarts_the_explorer_process_at_its_step(tmp_path: Path)
     assert [row["step"] for row in resumed.history] == [3.0, 4.0]
     assert [row["staleness/mean"] for row in resumed.history] == [0.0, 1.0]
     assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize(
+    ("mode", "sync", "key"),
+    [
+        ("async", {"sync_offset": 1}, "mode"),
+        ("both", {"sync_offset": 1, "explorer_process": True}, "synchronizer.explorer_process"),
+    ],
+)
+def test_an_explorer_process_serves_one_learner_process(mode: str, sync: dict[str, Any], key: str) -> None:
+    config = _with(**sync)
+    config["mode"] = mode
+    resolved = resolve_config(config)
+    check_explorer_process(resolved, 1)  # one learner process: fine
+    with pytest.raises(ConfigError) as caught:
+        check_explorer_process(resolved, 2)
+    assert f"{key}: an explorer process serves one learner process; this launch has 2" in str(caught.value)
+    assert "with the explorer in a thread for several" in str(caught.value)

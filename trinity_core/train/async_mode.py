@@ -51,7 +51,8 @@ STARTUP_S = 600.0
 
 
 class ExplorerFailed(RuntimeError):
-    """The explorer process of mode ``async`` failed, died or went silent."""
+    """The explorer process (mode ``async``, or ``synchronizer.explorer_process``) failed, died or went
+    silent."""
 
 
 def check_explorer_process(config: ResolvedConfig, processes: int) -> None:
