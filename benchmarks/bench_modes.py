@@ -175,6 +175,9 @@ def main() -> None:
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    unknown = sorted(set(args.modes.split(",")) - MODES.keys())
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
     if args.one:
         request = json.loads(args.one)
         print(json.dumps(run_one(request["config"], request["profile"])))
