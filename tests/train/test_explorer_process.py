@@ -8,6 +8,7 @@ import copy
 import multiprocessing
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from trinity_core.buffer import make_buffer
 from trinity_core.config import ConfigError, resolve_config
 from trinity_core.train import train
 from trinity_core.train.async_explorer import build_explorer
-from trinity_core.train.async_mode import ExplorerFailed, check_explorer_process
+from trinity_core.train.async_mode import ExplorerFailed, _death, check_explorer_process
 from trinity_core.train.model import load_policy, prepare_policy
 from trinity_core.train.step_gate import StepGate
 
@@ -237,3 +238,12 @@ def test_an_explorer_process_serves_one_learner_process(mode: str, sync: dict[st
         check_explorer_process(resolved, 2)
     assert f"{key}: an explorer process serves one learner process; this launch has 2" in str(caught.value)
     assert "with the explorer in a thread for several" in str(caught.value)
+
+
+def test_an_explorer_that_dies_before_its_code_runs_points_at_the_main_guard() -> None:
+    ctx = multiprocessing.get_context("spawn")
+    spec = SimpleNamespace(errors=ctx.Queue())  # no traceback was sent
+    process = SimpleNamespace(pid=4242, exitcode=1, join=lambda timeout: None)
+    message = _death(spec, process, step=0)  # type: ignore[arg-type]
+    assert message.startswith("the explorer process (pid 4242) ended before learner step 1 with exit code 1")
+    assert 'guard its top level with `if __name__ == "__main__":`' in message

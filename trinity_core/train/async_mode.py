@@ -234,7 +234,12 @@ def _death(spec: ExplorerSpec, process: Any, step: int) -> str:
         code = process.exitcode
         if code is not None and code < 0:
             return f"{where}: killed by signal {signal.Signals(-code).name}"
-        return f"{where} with exit code {code} and no error report"
+        # It failed before its own code ran: the spawned interpreter's start (its stderr says why).
+        return (
+            f"{where} with exit code {code} and no error report; its own message is on stderr above. "
+            'A script that calls train() must guard its top level with `if __name__ == "__main__":` '
+            "(the explorer process imports the script again when it starts)"
+        )
     last = trace.strip().splitlines()[-1]
     return f"{where}: {last}\nthe explorer's traceback:\n{trace.rstrip()}"
 
