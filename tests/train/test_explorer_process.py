@@ -16,6 +16,7 @@ import torch
 from async_support import register_fault_rewards
 from real_stack import build_chat_model, run_config, word_problems, write_dataset
 from reliability_driver import register_length_reward
+from rollout_support import TINY_MODEL
 from safetensors.torch import load_file
 
 from trinity_core.buffer import make_buffer
@@ -26,15 +27,6 @@ from trinity_core.train.async_mode import ExplorerFailed, _death, check_explorer
 from trinity_core.train.model import load_policy, prepare_policy
 from trinity_core.train.step_gate import StepGate
 
-TINY_MODEL = {
-    "config": {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "num_hidden_layers": 1,
-    }
-}
 CONFIG: dict[str, Any] = {
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},
     "rollout": {"prompts_per_step": 4},

@@ -95,7 +95,6 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
     ``sync_offset`` steps ahead, kept there by a :class:`StepGate`; otherwise it runs ahead freely.
     """
     config, learner, sync = runner.config, runner.learner, runner.synchronizer
-    check_explorer_process(config, runner.acc.num_processes)
     # Two processes on the same cores: each its thread budget (oversubscribed OpenMP threads spin at
     # every barrier and slow both down many times over).
     budget = thread_budget(config)
@@ -120,6 +119,7 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
     process = ctx.Process(target=explorer_process, args=(spec,), name="trinity-explorer", daemon=True)
     with child_environment(budget.explorer):  # read by OpenMP when the explorer imports torch
         process.start()
+    gate = spec.gate
     try:
         last = time.perf_counter()
         for step in range(runner.start_step, runner.total_steps):
@@ -139,7 +139,6 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
             runner._record(step, out, checkpoint=True)
 
             # 3. Weights to the explorer (ordered: once it has started the rollouts that keep the old ones).
-            gate = spec.gate
             if sync.due(learner.version):
                 if gate is not None and step + gate.offset < runner.total_steps:
                     _await_explorer(spec, gate, process, step, runner.run_dir)
@@ -179,8 +178,7 @@ def _receive(spec: ExplorerSpec, process: Any, step: int, run_dir: Path) -> Ship
             return shipment
         except queue.Empty:
             now = time.perf_counter()
-            if not process.is_alive():
-                raise ExplorerFailed(_death(spec, process, step) + _resume_hint(run_dir)) from None
+            _check_explorer(spec, process, step, run_dir)
             if not spec.ready.is_set():
                 start = now
                 if now - began > STARTUP_S:
@@ -198,15 +196,10 @@ def _receive(spec: ExplorerSpec, process: Any, step: int, run_dir: Path) -> Ship
 
 def _await_explorer(spec: ExplorerSpec, gate: StepGate, process: Any, step: int, run_dir: Path) -> None:
     """Wait until the explorer has started rollout ``step + sync_offset`` (ordered mode ``both``)."""
-
-    def check() -> None:
-        if not process.is_alive():
-            raise ExplorerFailed(_death(spec, process, step) + _resume_hint(run_dir))
-
     try:
         gate.wait(
             lambda: gate.learner_may_publish(step),
-            check,
+            lambda: _check_explorer(spec, process, step, run_dir),
             timeout=spec.config.synchronizer.timeout,
             poll_s=POLL_S,
             what=f"the explorer to start step {step + gate.offset + 1} (learner step {step + 1})",
@@ -214,6 +207,12 @@ def _await_explorer(spec: ExplorerSpec, gate: StepGate, process: Any, step: int,
     except TimeoutError as exc:
         stuck = f"the explorer process (pid {process.pid}) is stuck: {exc}"
         raise ExplorerFailed(stuck + _resume_hint(run_dir)) from None
+
+
+def _check_explorer(spec: ExplorerSpec, process: Any, step: int, run_dir: Path) -> None:
+    """Raise :class:`ExplorerFailed`, saying why, when the explorer process has ended."""
+    if not process.is_alive():
+        raise ExplorerFailed(_death(spec, process, step) + _resume_hint(run_dir)) from None
 
 
 def _resume_hint(run_dir: Path) -> str:
