@@ -2,12 +2,16 @@
 
 ``worker.py OUT PHASE``: ``straight`` trains an uninterrupted 4-step run into ``OUT/straight``; ``first``
 trains 2 steps into ``OUT/resumed`` and ``resume`` continues it to step 4 (checkpoints every 2 steps).
-One phase per launch: a run's end destroys the process group (``accelerator.end_training``).
+One phase per launch: a run's end destroys the process group (``accelerator.end_training``). In
+``first`` rank 1 looks at the run directory slowly: it must not take the files rank 0 writes for the new
+run for another run's (a race that once failed a launch now and then).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +49,24 @@ def main(out: Path, phase: str) -> None:
     if phase == "straight":
         train(CONFIG, run_dir=out / "straight")
     elif phase == "first":
+        if os.environ.get("RANK") == "1":
+            _look_slowly()
         train(CONFIG, overrides=["trainer.total_steps=2"], run_dir=out / "resumed")
     else:
         train(None, resume=out / "resumed", overrides=["trainer.total_steps=4"])
+
+
+def _look_slowly() -> None:
+    """Make this rank's checks of the run directory late, after rank 0 has had time to write into it."""
+    from trinity_core.train import run
+
+    holds_files = run._holds_files
+
+    def late(run_dir: Path) -> bool:
+        time.sleep(1.0)
+        return holds_files(run_dir)
+
+    run._holds_files = late  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import torch
 import yaml
 from reliability_driver import register_length_reward
 from safetensors.torch import load_file, save_file
-from test_train_distributed import free_port
+from test_train_distributed import free_port, launch_failure
 
 from trinity_core.cli.main import main
 
@@ -47,7 +47,7 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "127.0.0.1", "--master_port", str(free_port()), worker.__file__, str(out), phase,
         ]  # fmt: skip
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
-        assert proc.returncode == 0, (phase, proc.stderr[-3000:])
+        assert proc.returncode == 0, (phase, launch_failure(proc.stderr))
     return out
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from test_train_distributed import free_port, launch_failure
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "accelerate"
@@ -53,12 +53,6 @@ def test_a_launch_that_asks_for_sharding_and_runs_ddp_is_a_warning() -> None:
     assert sharding_fallback("MULTI_CPU", {}) is None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_fsdp_config_launches_trinity_train_on_two_cpu_processes_as_ddp(tmp_path: Path) -> None:
     run = tmp_path / "run"
     trinity = Path(sys.executable).parent / "trinity"
@@ -70,7 +64,7 @@ def test_the_fsdp_config_launches_trinity_train_on_two_cpu_processes_as_ddp(tmp_
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, launch_failure(proc.stderr)
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("trinity train: warning:")]
     assert len(warnings) == 1, proc.stderr[-3000:]  # from the main process only
     assert "asks for FSDP" in warnings[0]

@@ -143,7 +143,9 @@ def prepare_run_dir(
 ) -> None:
     """Create ``run_dir`` for a new run, or check it for ``resume``; refuse to clobber another run.
 
-    The main process holds the run directory's lock (:func:`lock_run_dir`) when it calls this.
+    The main process holds the run directory's lock (:func:`lock_run_dir`) when it calls this. Under
+    several processes :func:`train` calls it on the main one only, once every rank has checked the
+    directory: a rank checking while the main one writes would find the new run's own files.
     """
     existing = run_dir / CONFIG_FILE
     if resume:
@@ -321,6 +323,9 @@ def train(
     try:
         if resume is None and _holds_files(run_path) and not overwrite:
             prepare_run_dir(run_path, resolved, resume=False, overwrite=False, is_main=False)  # raises
+        # Every rank has looked at the directory before the main one writes into it: a rank still
+        # looking would take the main rank's fresh config.yaml for another run's.
+        acc.wait_for_everyone()
         # Everything that can fail on bad input (task, rewards, components, model, checkpoint) is built
         # before the run directory is written.
         trainer = Trainer(resolved, run_path, accelerator=acc, resume=resume is not None, profile=profile)
@@ -330,9 +335,8 @@ def train(
                 f"{trainer.total_steps} steps: nothing to do; to train further, add --set "
                 "trainer.total_steps=N with a larger N"
             )
-        prepare_run_dir(
-            run_path, resolved, resume=resume is not None, overwrite=overwrite, is_main=acc.is_main_process
-        )
+        if acc.is_main_process:
+            prepare_run_dir(run_path, resolved, resume=resume is not None, overwrite=overwrite, is_main=True)
         if resume is not None and overrides and acc.is_main_process:
             _dump_yaml(run_path / CONFIG_FILE, data)  # a later --resume continues the extended run
         acc.wait_for_everyone()
