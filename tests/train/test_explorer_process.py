@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import multiprocessing
 import threading
 from pathlib import Path
@@ -81,6 +82,7 @@ def test_each_rollout_gets_the_weight_version_of_the_threads_schedule(
 
 def test_an_explorer_process_run_is_reproducible_and_one_version_stale(tmp_path: Path) -> None:
     config = _with(sync_offset=1, explorer_process=True)
+    config["trainer"]["log_samples_every"] = 2
     first = train(config, run_dir=tmp_path / "a")
     second = train(config, run_dir=tmp_path / "b")
     # Rollouts with versions 0, 0, 1, 2, as the thread's (test_train_modes), whatever the timing.
@@ -89,6 +91,14 @@ def test_an_explorer_process_run_is_reproducible_and_one_version_stale(tmp_path:
     assert [r["actor/loss"] for r in first.history] == [r["actor/loss"] for r in second.history]
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # The learner logs sample rows from the experiences it receives: one response of each of the 4
+    # prompts at steps 2 and 4, the same in both runs.
+    rows_a, rows_b = ((tmp_path / run / "samples.jsonl").read_text().splitlines() for run in "ab")
+    rows = [json.loads(line) for line in rows_a]
+    assert [r["step"] for r in rows] == [2] * 4 + [4] * 4
+    assert all(r["prompt"] and isinstance(r["completion"], str) for r in rows)
+    assert all(isinstance(r["reward"], float) for r in rows)
+    assert rows_a == rows_b
 
 
 def test_one_step_off_policy_in_a_process_learns_to_copy(tmp_path: Path) -> None:

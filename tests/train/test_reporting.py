@@ -16,6 +16,8 @@ from rollout_support import TINY_MODEL
 
 from trinity_core.cli.main import main
 from trinity_core.config import resolve_config
+from trinity_core.eid import EID
+from trinity_core.experience import Experience
 from trinity_core.train import train
 from trinity_core.train.model import build_char_tokenizer
 from trinity_core.train.plot import plot_figure
@@ -151,6 +153,41 @@ def test_samples_go_to_the_file_and_the_trackers_table_every_n_steps(tmp_path: P
     assert tracker.tables[0][1] == ["step", "prompt", "completion", "reward"]
     assert tracker.tables[0][2] == [[2, "1+2=", "3", 1.0], [2, "11+2=", "12", None]]
     assert not SampleLog(None, 1, tok, []).due(0)  # processes other than the main write nothing
+
+
+def test_samples_from_experiences_are_the_rows_the_rollout_gives(tmp_path: Path) -> None:
+    # An explorer process hands the learner experiences, not a rollout: the same rows come out of them.
+    tok, rollout = _rollout()
+    rewards = [1.0, 0.0, None, 0.0]
+    experiences = []
+    for i in range(4):
+        prompt = rollout.prompt_ids[i][rollout.prompt_mask[i]]
+        response = rollout.response_ids[i, : int(rollout.response_lengths[i])]
+        experiences.append(
+            Experience(
+                eid=EID(batch=7, task=i // 2, run=i % 2),
+                tokens=torch.cat([prompt, response]),
+                prompt_length=len(prompt),
+                reward=rewards[i],
+            )
+        )
+    SampleLog(tmp_path / "rollout.jsonl", 2, tok, [])(1, rollout, rewards, group_size=2)
+    log = SampleLog(tmp_path / "experiences.jsonl", 2, tok, [])
+    log.experiences(0, experiences)  # not due: nothing written
+    assert not (tmp_path / "experiences.jsonl").exists()
+    log.experiences(1, experiences)
+    from_rollout, from_experiences = (
+        [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        for name in ("rollout.jsonl", "experiences.jsonl")
+    )
+    assert (
+        from_experiences
+        == from_rollout
+        == [
+            {"step": 2, "prompt": "1+2=", "completion": "3", "reward": 1.0},
+            {"step": 2, "prompt": "11+2=", "completion": "12", "reward": None},
+        ]
+    )
 
 
 def test_a_run_writes_samples_and_reports_rl_figures(tmp_path: Path) -> None:

@@ -126,6 +126,7 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
             # 1. The explorer's step from the link (waits while the buffer is empty) into the buffer.
             shipment = _receive(spec, process, step, runner.run_dir)
             experiences = deserialize_many(shipment.experiences)
+            runner.report.sample_experiences(step, experiences)
             runner.event_loop.run_until_complete(runner.explorer.writer.write(experiences))
             metrics = {k: torch.tensor(v, dtype=torch.float64) for k, v in shipment.metrics.items()}
 

@@ -183,18 +183,47 @@ class SampleLog:
 
     def __call__(self, step: int, rollout: Any, rewards: Sequence[float | None], group_size: int) -> None:
         """Log samples of step ``step`` (0-based) from its rollout and rewards when due."""
-        if not self.due(step) or self.path is None:
+        if not self.due(step):
             return
         picks = list(range(0, len(rewards), group_size))[: self.rows]
         prompts = [rollout.prompt_ids[i][rollout.prompt_mask[i]].tolist() for i in picks]
         responses = [rollout.response_ids[i, : int(rollout.response_lengths[i])].tolist() for i in picks]
+        self._write(step, prompts, responses, [rewards[i] for i in picks])
+
+    def experiences(self, step: int, experiences: Sequence[Any]) -> None:
+        """Log samples of step ``step`` (0-based) from the experiences it made, when due: where the
+        learner gets no rollout, only experiences (an explorer process). One experience of each of the
+        first tasks, as from a rollout."""
+        if not self.due(step):
+            return
+        picks: dict[str, Any] = {}  # the first experience of each task (GRPO group), by task id
+        for exp in experiences:
+            if len(picks) == self.rows:
+                break
+            if exp.tokens is not None:
+                picks.setdefault(exp.eid.tid, exp)
+        chosen = list(picks.values())
+        prompts = [e.tokens[: e.prompt_length].tolist() for e in chosen]
+        responses = [e.tokens[e.prompt_length :].tolist() for e in chosen]
+        self._write(step, prompts, responses, [e.reward for e in chosen])
+
+    def _write(
+        self,
+        step: int,
+        prompts: Sequence[list[int]],
+        responses: Sequence[list[int]],
+        rewards: Sequence[float | None],
+    ) -> None:
+        """Decode the picked rows and append them to the file and the trackers."""
+        if self.path is None:
+            return
         decode = self.tokenizer.batch_decode
         rows = [
-            {"step": step + 1, "prompt": p, "completion": c, "reward": rewards[i]}
-            for i, p, c in zip(
-                picks,
+            {"step": step + 1, "prompt": p, "completion": c, "reward": r}
+            for p, c, r in zip(
                 decode(prompts, skip_special_tokens=True),
                 decode(responses, skip_special_tokens=True),
+                rewards,
                 strict=True,
             )
         ]
@@ -238,6 +267,10 @@ class RunReport:
     def samples(self, step: int, rollout: Any, rewards: Sequence[float | None]) -> None:
         """Log sample rows of step ``step`` (0-based) when due."""
         self.sample_log(step, rollout, rewards, self.config.algorithm.repeat_times)
+
+    def sample_experiences(self, step: int, experiences: Sequence[Any]) -> None:
+        """Log sample rows of step ``step`` (0-based) from its experiences when due (an explorer process)."""
+        self.sample_log.experiences(step, experiences)
 
     def postfix(self, out: Mapping[str, float]) -> str:
         """The progress bar's text after a step with metrics ``out`` (ticks the step clock)."""
