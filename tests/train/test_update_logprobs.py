@@ -11,7 +11,7 @@ import torch
 
 from trinity_core.config import TrainerConfig
 from trinity_core.train.model import tiny_model
-from trinity_core.train.update import make_optimizer, response_logprobs
+from trinity_core.train.update import _keeps_logits, make_optimizer, response_logprobs
 
 
 def _plain(
@@ -87,3 +87,30 @@ def test_an_entropy_that_is_only_a_metric_has_no_graph() -> None:
     assert not metric.requires_grad
     assert logp.requires_grad
     torch.testing.assert_close(metric, with_grad.detach(), rtol=0, atol=0)
+
+
+def test_a_lora_policy_and_its_reference_keep_only_the_response_logits() -> None:
+    # PEFT's and the reference stand-in's forward signatures do not name logits_to_keep but pass it
+    # on: the pass looks through them and asks the transformers model under them for fewer logits.
+    peft = pytest.importorskip("peft")
+    from trinity_core.train.lora import AdapterDisabled
+
+    model = peft.get_peft_model(
+        tiny_model(40, seed=0),
+        peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    ref = AdapterDisabled(model)
+    assert _keeps_logits(model)
+    assert _keeps_logits(ref)
+    assert not _keeps_logits(NoKeep(tiny_model(40, seed=0)))
+    ids, P = torch.randint(3, 40, (4, 8)), 3
+    logp, entropy = response_logprobs(model, ids, None, P, with_entropy=True)
+    want_logp, want_entropy = _plain(model, ids, None, P)
+    torch.testing.assert_close(logp, want_logp, rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy, want_entropy, rtol=0, atol=1e-5)
+    with torch.no_grad():
+        ref_logp = response_logprobs(ref, ids, None, P, with_entropy=False)[0]
+        with model.disable_adapter():
+            base_logp = _plain(model, ids, None, P)[0]
+    torch.testing.assert_close(ref_logp, base_logp, rtol=0, atol=1e-5)
+    assert (ref_logp - logp.detach()).abs().max() > 1e-4  # the adapters change the policy's log-probs

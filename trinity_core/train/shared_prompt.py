@@ -16,15 +16,14 @@ takes the plain pass.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["prefill_shared_prompts", "prompt_groups", "shared_prompt_logits"]
+from trinity_core.train.forward_call import forward_parameters, model_under_wrappers
 
-_FORWARD_PARAMS: dict[type, frozenset[str]] = {}
+__all__ = ["prefill_shared_prompts", "prompt_groups", "shared_prompt_logits"]
 
 
 def _prompt_call(model: Any) -> tuple[str, dict[str, Any]] | None:
@@ -38,23 +37,9 @@ def _prompt_call(model: Any) -> tuple[str, dict[str, Any]] | None:
     is left to the plain pass.
     """
     from torch.distributed.fsdp import FSDPModule
-    from torch.nn.parallel import DistributedDataParallel
     from transformers import PreTrainedModel
 
-    from trinity_core.train.lora import AdapterDisabled
-
-    inner = model
-    for _ in range(4):
-        if isinstance(inner, DistributedDataParallel):
-            inner = inner.module
-        elif isinstance(inner, AdapterDisabled):
-            inner = inner.model
-        elif hasattr(inner, "_orig_mod"):
-            inner = inner._orig_mod
-        elif hasattr(inner, "get_base_model"):
-            inner = inner.get_base_model()
-        else:
-            break
+    inner = model_under_wrappers(model)
     if not isinstance(inner, PreTrainedModel) or isinstance(inner, FSDPModule):
         return None
     checkpointing = getattr(inner, "is_activation_checkpointing", None)  # transformers >= 5.x's name
@@ -62,10 +47,7 @@ def _prompt_call(model: Any) -> tuple[str, dict[str, Any]] | None:
         checkpointing = getattr(inner, "is_gradient_checkpointing", False)
     if checkpointing and inner.training:  # transformers switches the cache off there
         return None
-    cls = type(inner)
-    if cls not in _FORWARD_PARAMS:
-        _FORWARD_PARAMS[cls] = frozenset(inspect.signature(cls.forward).parameters)
-    params = _FORWARD_PARAMS[cls]
+    params = forward_parameters(inner)
     kwarg = next((k for k in ("cache", "past_key_values") if k in params), None)
     if kwarg is None:
         return None

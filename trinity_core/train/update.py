@@ -5,7 +5,6 @@ Plain functions the :class:`~trinity_core.train.learner.Learner` composes; nothi
 
 from __future__ import annotations
 
-import inspect
 from bisect import bisect_right
 from itertools import accumulate, pairwise
 from typing import Any
@@ -14,6 +13,7 @@ import torch
 from torch import Tensor
 
 from trinity_core.config import TrainerConfig
+from trinity_core.train.forward_call import forward_parameters, model_under_wrappers
 from trinity_core.train.shared_prompt import shared_prompt_logits
 
 __all__ = [
@@ -69,17 +69,11 @@ def response_logprobs(
     return logp, entropy
 
 
-_TAKES_LOGITS_TO_KEEP: dict[type, bool] = {}
-
-
 def _keeps_logits(model: Any) -> bool:
-    """Whether ``model`` (or the module a DDP / compile wrapper holds) accepts ``logits_to_keep``."""
-    inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None) or model
-    cls = type(inner)
-    if cls not in _TAKES_LOGITS_TO_KEEP:
-        call = getattr(cls, "forward", None) or cls.__call__  # a stand-in such as lora.AdapterDisabled
-        _TAKES_LOGITS_TO_KEEP[cls] = "logits_to_keep" in inspect.signature(call).parameters
-    return _TAKES_LOGITS_TO_KEEP[cls]
+    """Whether the model under ``model``'s wrappers accepts ``logits_to_keep`` (a sharded engine holds it
+    as ``module`` and passes keywords on)."""
+    inner = model_under_wrappers(model)
+    return "logits_to_keep" in forward_parameters(getattr(inner, "module", inner))
 
 
 def lr_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int) -> Any:
