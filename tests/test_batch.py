@@ -26,6 +26,8 @@ from trinity_core.batch import (
 )
 from trinity_core.experience import EID, Experience, group_by
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 
 def _two() -> list[Experience]:
     return [

@@ -11,6 +11,8 @@ import torch
 from trinity_core.buffer import DiskReader, DiskWriter, make_buffer
 from trinity_core.experience import EID, Experience
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 
 def exps(start: int, count: int) -> list[Experience]:
     return [

@@ -30,6 +30,8 @@ from trinity_core.codec.columns import decode_blob_column
 from trinity_core.codec.spec import Malformed
 from trinity_core.experience import EID, CustomField, Experience, experience_field_names
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 MARKER = "TRINITY_CODEC_TEST_PWNED"
 
 

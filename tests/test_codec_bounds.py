@@ -19,6 +19,8 @@ from safetensors.torch import save
 from trinity_core.codec import MAGIC, VERSION, ExperienceDecodeError, deserialize_many, serialize_many
 from trinity_core.experience import TENSOR_FIELDS, CustomField, Experience
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 #: The documented bound of the decoder's memory, per payload byte.
 BYTES_PER_PAYLOAD_BYTE = 256
 N = 5_000

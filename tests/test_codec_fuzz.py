@@ -11,12 +11,15 @@ import json
 import struct
 from typing import Any
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trinity_core.codec import MAGIC, VERSION, ExperienceDecodeError, deserialize_many, serialize_many
 from trinity_core.experience import EID, CustomField, Experience
+
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
 
 EXAMPLES = 2_100
 FUZZ = settings(

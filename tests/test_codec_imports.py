@@ -7,11 +7,14 @@ import copy
 import pickle
 from pathlib import Path
 
+import pytest
 import torch
 
 import trinity_core
 from trinity_core.codec import serialize_many
 from trinity_core.experience import EID, Experience
+
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
 
 ROOT = Path(trinity_core.__file__).parent
 #: The modules of the wire format and the data model it serializes.

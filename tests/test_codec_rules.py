@@ -19,6 +19,8 @@ from safetensors.torch import save
 from trinity_core.codec import MAGIC, VERSION, ExperienceDecodeError, deserialize_many, serialize_many
 from trinity_core.experience import CustomField, Experience
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 Header = dict[str, Any]
 
 

@@ -15,6 +15,8 @@ from reference import import_reference
 from trinity_core import EID, CustomField, Experience, group_by, split_dpo_experience_to_single_turn
 from trinity_core.experience import escape_id_component
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 ids = st.one_of(st.integers(-5, 10**6), st.text(max_size=6))
 
 

@@ -15,6 +15,8 @@ from trinity_core.components.group_metrics import group_reward_metrics, metric_c
 from trinity_core.components.reward_check import check_finite_rewards, finite_reward, finite_rewards
 from trinity_core.experience import EID, Experience
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 
 def _exp(reward: float | None, task: int = 0, run: int = 0) -> Experience:
     return Experience(

@@ -17,6 +17,8 @@ from reference import import_reference
 from trinity_core.experience import EID, CustomField, Experience
 from trinity_core.hf import FORMAT_VERSION, from_hf_datasets, to_hf_datasets
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 datasets = pytest.importorskip("datasets")
 

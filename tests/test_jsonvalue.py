@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from trinity_core.jsonvalue import TAG, TORCH_DTYPES, dumps, from_json_value, loads, to_json_value
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 
 def same(a: Any, b: Any) -> bool:
     """Exact equality: types, float bits (-0.0, NaN), tensor dtype/shape/values, numpy dtype/values."""

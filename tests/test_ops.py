@@ -37,6 +37,8 @@ from trinity_core.ops import (
     segment_var,
 )
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MAX_TOKENS = 16.0

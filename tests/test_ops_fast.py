@@ -14,6 +14,8 @@ from trinity_core.ops import masked_mean, select
 from trinity_core.ops.fast import as_float, bit_select, mask_bits, row_sums, scratch_buffers
 from trinity_core.ops.fast import bit_choose as choose
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
 

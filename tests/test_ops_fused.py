@@ -20,6 +20,8 @@ from trinity_core.ops.fused import (
     rows_with_gradient,
 )
 
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
+
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trinity_core.ops import LOG_RATIO_CLAMP, as_bool_mask, compute_dtype, policy_inputs, select
+
+pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
 
 
 def test_select_zeroes_masked_positions_and_their_gradient() -> None:
