@@ -128,22 +128,27 @@ def _start(config: dict[str, Any], tmp_path: Path, pause: str) -> tuple[subproce
 
 
 def _explorer_of(pid: int) -> psutil.Process:
-    found = [
-        p
-        for p in psutil.Process(pid).children()
-        if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())
-    ]
-    assert len(found) == 1, [p.cmdline() for p in psutil.Process(pid).children()]
+    """The explorer process of learner ``pid``: the child of its fork server (a child it spawned where
+    there is no fork server)."""
+    children = psutil.Process(pid).children()
+    servers = [p for p in children if "forkserver" in " ".join(p.cmdline())]
+    if servers:
+        found = servers[0].children()
+    else:
+        found = [p for p in children if "spawn_main" in " ".join(p.cmdline())]
+    assert len(found) == 1, [p.cmdline() for p in psutil.Process(pid).children(recursive=True)]
     return found[0]
 
 
 def test_a_killed_learner_stops_the_explorer(tmp_path: Path) -> None:
     process, _, _ = _start(CONFIG, tmp_path, "after_step:2")
     explorer = _explorer_of(process.pid)
+    server = explorer.parent()  # the fork server the explorer was started from (Linux)
+    assert server is not None and server.pid != process.pid, "the explorer is not the fork server's child"
     process.send_signal(signal.SIGKILL)
     _, err = process.communicate(timeout=WAIT_S)  # EOF once the explorer, which shares stderr, ended too
-    _, alive = psutil.wait_procs([explorer], timeout=30)
-    assert not alive, "the explorer outlived its learner"
+    _, alive = psutil.wait_procs([explorer, server], timeout=30)
+    assert not alive, f"outlived their learner: {alive}"
     assert f"the explorer process stops: the learner process (pid {process.pid}) is gone" in err
 
 

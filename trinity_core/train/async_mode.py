@@ -42,7 +42,7 @@ from trinity_core.train.threads import child_environment, thread_budget, use_thr
 if TYPE_CHECKING:
     from trinity_core.train.runner import Runner
 
-__all__ = ["STOP_GRACE_S", "ExplorerFailed", "check_explorer_process", "run_async"]
+__all__ = ["STOP_GRACE_S", "ExplorerFailed", "check_explorer_process", "explorer_context", "run_async"]
 
 STOP_GRACE_S = 5.0
 """Seconds the explorer process gets to end after the stop event before it is terminated."""
@@ -89,7 +89,7 @@ def check_explorer_process(config: ResolvedConfig, processes: int) -> None:
 
 
 def run_async(runner: Runner, *, ordered: bool = False) -> None:
-    """Run the remaining steps of ``runner`` with its explorer in a spawned process.
+    """Run the remaining steps of ``runner`` with its explorer in a process of its own.
 
     ``ordered`` (mode ``both`` with ``synchronizer.explorer_process``): the explorer runs exactly
     ``sync_offset`` steps ahead, kept there by a :class:`StepGate`; otherwise it runs ahead freely.
@@ -99,7 +99,7 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
     # every barrier and slow both down many times over).
     budget = thread_budget(config)
     restore_threads = use_threads(budget.learner)
-    ctx = mp.get_context("spawn")
+    ctx = explorer_context()
     channel = WeightChannel(
         config.synchronizer.method, learner.policy, learner.version, runner.run_dir / "sync", ctx
     )
@@ -149,6 +149,22 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
     finally:
         stop_explorer(spec, process)
         use_threads(restore_threads)
+
+
+def explorer_context() -> Any:
+    """The multiprocessing context that starts explorer processes.
+
+    A fork server with the explorer's module (torch, transformers) imported once: only the first explorer
+    of a Python process pays for those imports, later runs in the same process (a notebook, a sweep, a
+    test session) start theirs at once. The server is started with the first explorer's environment
+    (:func:`~trinity_core.train.threads.child_environment`); each explorer sets its own thread count.
+    It never touches CUDA, so its children may. Spawn where there is no fork server (Windows).
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["trinity_core.train.async_explorer"])
+    return ctx
 
 
 def stop_explorer(spec: ExplorerSpec, process: Any) -> None:
@@ -234,7 +250,7 @@ def _death(spec: ExplorerSpec, process: Any, step: int) -> str:
         code = process.exitcode
         if code is not None and code < 0:
             return f"{where}: killed by signal {signal.Signals(-code).name}"
-        # It failed before its own code ran: the spawned interpreter's start (its stderr says why).
+        # It failed before its own code ran: while starting, e.g. importing the main module (stderr says why).
         return (
             f"{where} with exit code {code} and no error report; its own message is on stderr above. "
             'A script that calls train() must guard its top level with `if __name__ == "__main__":` '
@@ -247,7 +263,7 @@ def _death(spec: ExplorerSpec, process: Any, step: int) -> str:
 def _registrations() -> list[tuple[str, str, Any, bool]]:
     """The in-process registry entries that can travel to the explorer process (picklable objects)."""
     found = []
-    # A spawned process starts without them.
+    # A started process has none of them (it imports the modules afresh, or forks from the server).
     for record, replace in registry.get_registry().in_process():
         try:
             pickle.dumps(record.obj)

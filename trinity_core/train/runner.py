@@ -4,9 +4,9 @@
   ``synchronizer.sync_offset`` steps ahead in a thread with its own copy of the weights, refreshed every
   ``synchronizer.sync_interval`` learner steps (:mod:`trinity_core.train.synchronizer`). Offset 0 and
   interval 1 is lock step: nothing overlaps and the explorer samples with the learner's weights.
-  With ``synchronizer.explorer_process`` that explorer is a spawned process instead of a thread, kept
+  With ``synchronizer.explorer_process`` that explorer is a process of its own instead of a thread, kept
   exactly ``sync_offset`` steps ahead (:mod:`trinity_core.train.step_gate`).
-* ``async``: the explorer in a spawned process, weights through shared memory or files
+* ``async``: the explorer in a process of its own, weights through shared memory or files
   (:mod:`trinity_core.train.async_mode`).
 * ``explore``: explorer steps only; their experiences go to a disk buffer (``data.experiences``,
   default ``<run_dir>/experiences``) that a later ``mode: train`` run reads.

@@ -29,7 +29,8 @@ class StepGate:
     Made in the learner process and handed to the explorer process when it is spawned.
 
     Args:
-        ctx: the multiprocessing context (spawn) whose condition and shared values both processes use.
+        ctx: the multiprocessing context whose condition and shared values both processes use
+            (:func:`~trinity_core.train.async_mode.explorer_context`).
         offset: ``synchronizer.sync_offset`` (at least 1).
         start_step: the run's first step (0, or the step a resumed run continues from).
     """

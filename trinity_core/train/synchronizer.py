@@ -130,7 +130,8 @@ class WeightChannel:
         method: ``synchronizer.method``.
         policy: the learner's model; its weights of version ``version`` are published at once.
         sync_dir: where the ``checkpoint`` method writes its file.
-        ctx: the multiprocessing context (spawn) whose lock and shared value the two processes use.
+        ctx: the multiprocessing context whose lock and shared value the two processes use
+            (:func:`~trinity_core.train.async_mode.explorer_context`).
     """
 
     def __init__(
