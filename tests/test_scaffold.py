@@ -25,6 +25,8 @@ ISSUE_KINDS = (
     "entropy_loss",
     "reward_fn",
     "task",
+    "value_loss",
+    "workflow",
 )
 
 
@@ -110,3 +112,35 @@ def test_fresh_scaffolds_of_every_kind_install_and_pass_the_kit(tmp_path: Path) 
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout
     assert "failed" not in run.stdout
+
+
+def _component_module(tmp_path: Path, name: str, kind: str) -> object:
+    """The component module of a fresh scaffold, imported from its file."""
+    import importlib.util
+
+    root = write_scaffold(name, kind, tmp_path)
+    spec = importlib.util.spec_from_file_location(
+        f"{name}_{kind}", root / f"trinity_plugin_{name}" / f"{kind}.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_value_loss_scaffold_computes_its_docstrings_huber_loss(tmp_path: Path) -> None:
+    import torch
+
+    loss_cls = _component_module(tmp_path, "huber_t", "value_loss").HuberTValueLoss  # type: ignore[attr-defined]
+    loss_fn = loss_cls(delta=1.0)
+    vpreds = torch.tensor([[0.5, 3.0, float("nan")]], requires_grad=True)
+    returns, mask = torch.zeros(1, 3), torch.tensor([[True, True, False]])
+    loss, metrics = loss_fn(vpreds, vpreds.detach(), returns, mask, loss_agg_mode="token-mean")
+    # By hand: |0.5| <= 1 gives 0.5^2 / 2 = 0.125; |3| > 1 gives 1 * (3 - 1 / 2) = 2.5; the mean of the two.
+    assert loss.item() == pytest.approx((0.125 + 2.5) / 2)
+    assert metrics["vf_loss"].item() == pytest.approx(1.3125)
+    loss.backward()
+    assert vpreds.grad is not None
+    assert vpreds.grad.tolist()[0][:2] == pytest.approx([0.5 / 2, 1.0 / 2])  # e, then delta * sign(e)
+    assert vpreds.grad[0, 2].item() == 0.0

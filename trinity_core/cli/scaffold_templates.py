@@ -280,6 +280,91 @@ class $cls(Task):
         return 2
 ''',
     ),
+    "value_loss": (
+        "ValueLoss",
+        '''"""``$name`` value loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pydantic import Field
+
+from trinity_core.components import ValueLossFn
+
+
+class $cls(ValueLossFn):
+    """$name: agg(huber_d(V - G)), huber_d(e) = e^2 / 2 where |e| <= d, else d (|e| - d / 2).
+
+    ``V`` are the critic's predictions, ``G`` the returns. TODO: replace this formula (first line: what
+    it computes) and the body with your value loss.
+    """
+
+    class Args(ValueLossFn.Args):
+        delta: float = Field(1.0, gt=0, description="Error beyond which the loss grows linearly.")
+
+    delta: float
+
+    def __call__(
+        self, vpreds: torch.Tensor, values: torch.Tensor, returns: torch.Tensor, action_mask: torch.Tensor,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The aggregated loss and detached metrics."""
+        mask = action_mask.bool()
+        err = torch.where(mask, vpreds - returns, 0.0)  # masked positions may hold NaN
+        size = err.abs()
+        huber = torch.where(size <= self.delta, 0.5 * err.square(), self.delta * (size - 0.5 * self.delta))
+        loss = self.aggregate(huber, mask)
+        return loss, {"vf_loss": loss.detach()}
+''',
+    ),
+    "workflow": (
+        "Workflow",
+        '''"""``$name`` workflow."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from trinity_core.components import ComponentArgs, Workflow
+from trinity_core.experience import Experience
+
+
+class $cls(Workflow):
+    """$name: the task's prompt in ``template``, ``task.repeat_times`` responses, each scored by the run's
+    reward functions (0.0 where none applies).
+
+    TODO: replace the body with your workflow: several turns (``self.model.chat``), tools, your own
+    reward. Set ``eid.run`` of each experience (``eid.step`` too when you return one per turn).
+    """
+
+    can_repeat: ClassVar[bool] = True
+
+    class Args(ComponentArgs):
+        template: str = Field("{prompt}", description="How the prompt is shown; {prompt} is the task's.")
+
+    template: str
+
+    def run(self) -> list[Experience]:
+        """Sample the responses and reward them."""
+        prompt = self.template.format(prompt=self.task.prompt)
+        exps = self.model.generate([prompt], n=self.task.repeat_times)
+        rewards: list[float | None] = [None] * len(exps)
+        if self.task.reward_fn is not None:
+            ids, truncated = [], [e.truncate_status is not None for e in exps]
+            for exp, cut in zip(exps, truncated, strict=True):
+                response = exp.tokens[exp.prompt_length :].tolist() if exp.tokens is not None else []
+                ids.append(tuple(response if cut else response[:-1]))  # without the closing EOS
+            rewards = self.task.reward_fn([e.response_text or "" for e in exps], ids, truncated)
+        for run, (exp, reward) in enumerate(zip(exps, rewards, strict=True)):
+            exp.reward = 0.0 if reward is None else float(reward)
+            exp.eid.run = self.task.run_id_base + run
+        return exps
+''',
+    ),
 }
 """Kind -> (class name suffix, module source). A kind without an entry has no scaffold yet."""
 
