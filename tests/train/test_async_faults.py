@@ -144,7 +144,8 @@ def test_a_killed_learner_stops_the_explorer(tmp_path: Path) -> None:
     process, _, _ = _start(CONFIG, tmp_path, "after_step:2")
     explorer = _explorer_of(process.pid)
     server = explorer.parent()  # the fork server the explorer was started from (Linux)
-    assert server is not None and server.pid != process.pid, "the explorer is not the fork server's child"
+    assert server is not None
+    assert server.pid != process.pid, "the explorer is not the fork server's child"
     process.send_signal(signal.SIGKILL)
     _, err = process.communicate(timeout=WAIT_S)  # EOF once the explorer, which shares stderr, ended too
     _, alive = psutil.wait_procs([explorer, server], timeout=30)
