@@ -215,7 +215,7 @@ class SampleLog:
         rewards: Sequence[float | None],
     ) -> None:
         """Decode the picked rows and append them to the file and the trackers."""
-        if self.path is None:
+        if self.path is None or not prompts:
             return
         decode = self.tokenizer.batch_decode
         rows = [
