@@ -14,6 +14,8 @@ kl_fn          ``trinity_core.kl_fns``           :class:`KLFn`
 entropy_loss   ``trinity_core.entropy_losses``   :class:`EntropyLossFn`
 value_loss     ``trinity_core.value_losses``     :class:`ValueLossFn` (the critic's loss)
 workflow       ``trinity_core.workflows``        :class:`Workflow` (tasks in :class:`WorkflowTask`)
+tool_parser    ``trinity_core.tool_parsers``     :class:`ToolParser` (tool calls in a reply:
+                                                 :class:`ToolCall`, :class:`ParsedReply`)
 =============  ================================  ==========================================
 """
 
@@ -54,6 +56,7 @@ from trinity_core.components.policy_loss import (
     PolicyLossFn,
     StandardPolicyLossFn,
 )
+from trinity_core.components.tool_parser import ParsedReply, ToolCall, ToolParser
 from trinity_core.components.value_loss import ValueLossFn
 from trinity_core.components.workflow import ChatModel, Workflow, WorkflowTask
 
@@ -66,6 +69,7 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
     "entropy_loss": (EntropyLossFn,),
     "value_loss": (ValueLossFn,),
     "workflow": (Workflow,),
+    "tool_parser": (ToolParser,),
 }
 """Kind name to its base classes (a component of a kind subclasses the first of them)."""
 
@@ -94,8 +98,11 @@ __all__ = [
     "LossAggArgs",
     "LossAggMode",
     "Metrics",
+    "ParsedReply",
     "PolicyLossFn",
     "StandardPolicyLossFn",
+    "ToolCall",
+    "ToolParser",
     "TrainerAdvantage",
     "ValueLossFn",
     "Workflow",

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from trinity_core.components.base import Component
+from trinity_core.components.base import Component, ComponentArgs
 from trinity_core.experience import Experience
 
 __all__ = ["ChatModel", "Workflow", "WorkflowTask"]
@@ -139,6 +139,23 @@ class Workflow(Component):
         """Store ``task``, ``model`` and the validated ``args`` (the class's ``Args`` fields)."""
         super().__init__(**args)
         self.task, self.model, self.auxiliary_models = task, model, list(auxiliary_models)
+
+    @classmethod
+    def check_run(cls, args: ComponentArgs, tokenizer: Any) -> None:
+        """Refuse a run this workflow cannot play, once, before any episode (default: accept it).
+
+        Called by the explorer with the validated ``rollout.workflow_args`` and the policy's tokenizer,
+        for what ``Args`` validation cannot see (names to import, the tokenizer's chat template). Raise
+        ``ValueError`` saying what is wrong and what to do; ``trinity train`` prints it as one line and
+        exits 1 before the first step.
+        """
+
+    @classmethod
+    def step_metrics(cls, experiences: Sequence[Experience]) -> dict[str, float]:
+        """The workflow's own metrics of one step, from the experiences its episodes returned (default:
+        none). They go to ``metrics.jsonl`` and the trackers beside ``workflow/*``; name them
+        ``<topic>/<metric>`` (``tools/calls_per_episode``). Called once per step in the explorer."""
+        return {}
 
     @property
     def repeatable(self) -> bool:

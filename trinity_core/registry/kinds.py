@@ -63,6 +63,7 @@ _KINDS: dict[str, KindSpec] = {
         KindSpec("reward_fn", "trinity_core.reward_fns", "reward function", _must_be_callable),
         KindSpec("task", "trinity_core.tasks", "task set", _must_be_task),
         KindSpec("workflow", "trinity_core.workflows", "workflow", _must_be_workflow),
+        KindSpec("tool_parser", "trinity_core.tool_parsers", "tool parser"),
     )
 }
 

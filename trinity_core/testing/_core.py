@@ -42,6 +42,7 @@ KIND_TITLES: dict[str, str] = {
     "kl_fn": "KL function",
     "entropy_loss": "entropy loss",
     "value_loss": "value loss",
+    "tool_parser": "tool parser",
 }
 
 
@@ -182,6 +183,7 @@ _CHECK_MODULES = (
     "add_strategy",
     "algorithm",
     "workflow",
+    "tool_parser",
 )
 
 

@@ -21,7 +21,15 @@ __all__ = [
     "runtime_objects",
 ]
 
-COMPONENT_KINDS = ("advantage_fn", "add_strategy", "policy_loss", "kl_fn", "entropy_loss", "value_loss")
+COMPONENT_KINDS = (
+    "advantage_fn",
+    "add_strategy",
+    "policy_loss",
+    "kl_fn",
+    "entropy_loss",
+    "value_loss",
+    "tool_parser",
+)
 """Kinds whose classes take arguments (``Args``); algorithms are presets without arguments."""
 ALL_KINDS = ("algorithm", *COMPONENT_KINDS)
 

@@ -27,6 +27,7 @@ __all__ = [
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "ToolParserConformance",
     "ValueLossConformance",
     "WorkflowConformance",
 ]
@@ -184,6 +185,12 @@ class WorkflowConformance(ComponentConformance):
     """Every check for one workflow."""
 
     kind = "workflow"
+
+
+class ToolParserConformance(ComponentConformance):
+    """Every check for one tool parser: ``component = "<name>"``."""
+
+    kind = "tool_parser"
 
 
 class AlgorithmConformance(ComponentConformance):

@@ -39,15 +39,18 @@ class EpisodeOutcome:
     generate_calls: int = 0
     turns: list[int] = field(default_factory=list)
     """Model calls of each episode, in episode order."""
+    workflow_metrics: dict[str, float] = field(default_factory=dict)
+    """The workflow's own metrics of the step (:meth:`Workflow.step_metrics`)."""
 
     def metrics(self) -> dict[str, float]:
-        """``workflow/*`` metrics of the step."""
+        """``workflow/*`` metrics of the step, and the workflow's own."""
         return {
             "workflow/episodes": float(self.episodes),
             "workflow/failed_episodes": float(len(self.failures)),
             "workflow/generate_calls": float(self.generate_calls),
             "workflow/turns_max": float(max(self.turns, default=0)),
             "workflow/turns_mean": sum(self.turns) / len(self.turns) if self.turns else 0.0,
+            **self.workflow_metrics,
         }
 
 
@@ -93,11 +96,16 @@ class WorkflowRunner:
         self._pool: ThreadPoolExecutor | None = None
         self._workers = 0
         try:
-            self.args = cls.validate_args(args).model_dump()
+            validated = cls.validate_args(args)
         except Exception as exc:
             raise WorkflowError(
                 f"rollout.workflow_args: bad arguments for workflow {name!r}: {exc}"
             ) from None
+        self.args = validated.model_dump()
+        try:
+            cls.check_run(validated, engine.tokenizer)
+        except ValueError as exc:
+            raise WorkflowError(f"rollout.workflow_args: workflow {name!r} cannot run: {exc}") from None
 
     def run(self, tasks: Sequence[WorkflowTask], *, model_version: int | None = None) -> EpisodeOutcome:
         """Run every task's episode at once; raise :class:`WorkflowError` when all of them fail."""
@@ -137,6 +145,15 @@ class WorkflowRunner:
                 f"every episode of step {tasks[0].batch} failed ({len(tasks)} episodes); first: "
                 f"{outcome.failures[0]}; fix the workflow (trinity train --debug shows the traceback)"
             ) from first
+        try:
+            outcome.workflow_metrics = {
+                str(k): float(v) for k, v in self.cls.step_metrics(outcome.experiences).items()
+            }
+        except Exception as exc:
+            raise WorkflowError(
+                f"step_metrics of workflow {self.name!r} raised {type(exc).__name__}: {exc}; fix the "
+                "workflow (trinity train --debug shows the traceback)"
+            ) from exc
         return outcome
 
     async def _episode(
