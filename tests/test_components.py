@@ -226,6 +226,7 @@ def test_kind_bases_cover_contract():
         "entropy_loss",
         "value_loss",
         "workflow",
+        "tool_parser",
     }
     for kind, bases in KIND_BASES.items():
         for base in bases:

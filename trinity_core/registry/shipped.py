@@ -125,7 +125,12 @@ SHIPPED: dict[str, dict[str, str]] = {
     },
     "trinity_core.tasks": {
         "frozen_lake": "trinity-plugin-gym",
+        "multiplication": "trinity-plugin-tools",
         "reasoning_gym": "trinity-plugin-reasoning-gym",
+    },
+    "trinity_core.tool_parsers": {
+        "hermes": "trinity-plugin-tools",
+        "mistral": "trinity-plugin-tools",
     },
     "trinity_core.value_losses": {
         "clipped": "trinity-plugin-ppo",
@@ -133,6 +138,7 @@ SHIPPED: dict[str, dict[str, str]] = {
     },
     "trinity_core.workflows": {
         "gym": "trinity-plugin-gym",
+        "tools": "trinity-plugin-tools",
     },
 }
 """Entry-point namespace -> component name -> shipped distribution."""
