@@ -17,8 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
+
 from trinity_core.components.workflow import Workflow, WorkflowTask
 from trinity_core.experience import Experience
+from trinity_core.registry.args import validation_problems
 from trinity_core.workflows.engine import GenerationEngine
 from trinity_core.workflows.errors import WorkflowError
 from trinity_core.workflows.model import ModelWrapper
@@ -97,6 +100,10 @@ class WorkflowRunner:
         self._workers = 0
         try:
             validated = cls.validate_args(args)
+        except pydantic.ValidationError as exc:  # pydantic reports on several lines; the CLI prints one
+            problems = validation_problems(exc, prefix="rollout.workflow_args", model=cls.Args)
+            listed = "; ".join(f"{where}: {message}" for where, message in problems)
+            raise WorkflowError(f"bad arguments for workflow {name!r}: {listed}") from None
         except Exception as exc:
             raise WorkflowError(
                 f"rollout.workflow_args: bad arguments for workflow {name!r}: {exc}"

@@ -244,27 +244,42 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> str:
             _stop(process)
             process.wait()
         reader.join()
-    output = reader.text()
-    cap = limits.max_output_chars
-    shown = (
-        output if len(output) <= cap else output[:cap] + f"\n... [{len(output) - cap} more characters cut]"
-    )
-    if reader.overflow or len(output) > cap:
-        raise SandboxError(
-            f"the program printed more than {cap} characters and was stopped; its output:\n{shown}"
-        )
+    return _result(reader, process.returncode, timed_out, limits)
+
+
+def _head(text: str, cap: int) -> str:
+    return text if len(text) <= cap else f"{text[:cap]}\n... [{len(text) - cap} more characters cut]"
+
+
+def _tail(text: str, cap: int) -> str:
+    # A failing program's last lines (the exception) matter most: keep the end.
+    return text if len(text) <= cap else f"[... {len(text) - cap} characters cut ...]\n{text[-cap:]}"
+
+
+def _result(reader: _Reader, status: int, timed_out: bool, limits: SandboxLimits) -> str:
+    output, cap = reader.text(), limits.max_output_chars
     if timed_out:
         raise SandboxTimeout(
             f"the program ran past the {limits.timeout_s:g} s wall-clock limit and was stopped; output so "
-            f"far:\n{shown}"
+            f"far:\n{_head(output, cap)}"
         )
-    status = process.returncode
     if status == -signal.SIGXCPU:
         raise SandboxTimeout(f"the program used more than {limits.cpu_s} s of CPU time and was stopped")
+    if reader.overflow:
+        raise SandboxError(
+            f"the program printed more than {cap} characters and was stopped; its output:\n"
+            f"{_head(output, cap)}"
+        )
     if status < 0:
-        raise SandboxError(f"the program was killed by {_signal_name(-status)}; output:\n{shown}")
+        raise SandboxError(
+            f"the program was killed by {_signal_name(-status)}; output:\n{_tail(output, cap)}"
+        )
     if status != 0:
-        raise SandboxError(f"the program failed (exit status {status}):\n{shown}")
+        raise SandboxError(f"the program failed (exit status {status}):\n{_tail(output, cap)}")
+    if len(output) > cap:
+        raise SandboxError(
+            f"the program printed more than {cap} characters; its output:\n{_head(output, cap)}"
+        )
     return output
 
 

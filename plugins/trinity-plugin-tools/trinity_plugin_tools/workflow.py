@@ -75,8 +75,8 @@ _LOCK = threading.Lock()
 def _load_parser(name: str) -> ToolParser:
     try:
         cls = registry.resolve("tool_parser", name)
-    except registry.PluginError as exc:
-        raise ToolSetupError(f"parser: {exc}") from None
+    except registry.PluginError as exc:  # its lines joined: the CLI prints one line
+        raise ToolSetupError(f"parser: {' '.join(str(exc).split())}") from None
     parser = cls()
     if not isinstance(parser, ToolParser):
         raise ToolSetupError(f"parser: {name!r} is a {type(parser).__name__}, not a ToolParser")
