@@ -11,7 +11,8 @@ in a ``preexec_fn``, which is unsafe in a process with threads, as the explorer 
 * ``RLIMIT_FSIZE`` (16 MiB) and ``RLIMIT_CORE`` (0): no large files, no core dumps.
 
 The parent stops the process group after ``timeout_s`` of wall-clock time, and after
-``max_output_chars`` characters of output (stdout and stderr together).
+``max_output_chars`` characters of output (stdout and stderr together). At most one sandbox per CPU core
+runs at a time (the explorer's episodes call tools concurrently); the others wait for a slot.
 
 **Network.** With ``network="auto"`` (the default) the process runs in a new, empty network namespace
 (``unshare --net --map-root-user``) when the machine allows unprivileged user namespaces: it has no
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 _FILE_SIZE_LIMIT = 16 * 2**20
+_SLOTS = threading.BoundedSemaphore(os.cpu_count() or 1)
+"""Sandboxes running at once: one per core."""
 
 _BOOT = r"""
 import ast, resource, sys, traceback
@@ -217,7 +220,7 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> str:
             ``max_output_chars`` characters.
     """
     limits = limits or SandboxLimits()
-    with tempfile.TemporaryDirectory(prefix="trinity-sandbox-") as folder:
+    with _SLOTS, tempfile.TemporaryDirectory(prefix="trinity-sandbox-") as folder:
         process = subprocess.Popen(
             _command(limits),
             stdin=subprocess.PIPE,
