@@ -27,6 +27,7 @@ ISSUE_KINDS = (
     "task",
     "value_loss",
     "workflow",
+    "tool_parser",
 )
 
 

@@ -151,6 +151,57 @@ class $cls(Workflow):
         return exps
 ''',
     ),
+    "tool_parser": (
+        "ToolParser",
+        '''"""``$name`` tool parser."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from trinity_core.components import ParsedReply, ToolCall, ToolParser
+
+
+class $cls(ToolParser):
+    """$name: after the reply's text, one call per line: ``CALL {"name": ..., "arguments": {...}}``.
+
+    TODO: replace the format with your model family's (trinity-plugin-tools' parsers show two). Never
+    raise on what the model writes: a call you cannot read is a ToolCall with ``error`` set.
+    """
+
+    MARKER: ClassVar[str] = "CALL "
+    EXAMPLE: ClassVar[str] = 'CALL {"name": "<tool>", "arguments": {"<argument>": <value>}}'
+
+    def parse(self, text: str) -> ParsedReply:
+        """Lines starting with the marker are calls; the other lines are the content."""
+        content: list[str] = []
+        calls: list[ToolCall] = []
+        for line in text.split("\\n"):
+            if line.startswith(self.MARKER):
+                calls.append(self._read(line[len(self.MARKER) :]))
+            else:
+                content.append(line)
+        return ParsedReply("\\n".join(content).strip(), tuple(calls))
+
+    def _read(self, body: str) -> ToolCall:
+        try:
+            value: Any = json.loads(body)
+        except json.JSONDecodeError as exc:
+            return ToolCall("", error="the call is not valid JSON (" + exc.msg + "); write " + self.EXAMPLE)
+        name = value.get("name") if isinstance(value, dict) else None
+        arguments = value.get("arguments", {}) if isinstance(value, dict) else None
+        if not isinstance(name, str) or not name or not isinstance(arguments, dict):
+            return ToolCall("", error="a call needs a name and an arguments object; write " + self.EXAMPLE)
+        return ToolCall(name, arguments)
+
+    def format(self, calls: Sequence[ToolCall], content: str = "") -> str:
+        """The content, then one marker line per call."""
+        lines = [self.MARKER + json.dumps({"name": c.name, "arguments": c.arguments}) for c in calls]
+        return "\\n".join([content, *lines] if content else lines)
+''',
+    ),
 }
 """Kind -> (class name suffix, module source). A kind without an entry has no scaffold yet."""
 
