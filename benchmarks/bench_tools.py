@@ -11,9 +11,13 @@ the embedded default's shape) and a character tokenizer over printable ASCII:
    expert through the ``tools`` workflow itself (the engine replies with the correct Hermes call, then
    with the tool's result), so each stored ``multi_turn`` experience has exactly the tokens and the
    action mask a real episode has: the expert's replies learned, the tool's answers masked out.
-2. **SFT.** ``trinity train`` (in-process) with ``mode: train`` and the ``sft`` preset on them,
-   ``--sft-steps`` steps of 32 transcripts, lr 1e-3: a warm start that writes the call format but copies
-   the digits (into the call, and from the tool's answer) unreliably.
+2. **SFT.** ``trinity train`` (in-process) with ``mode: train`` and the ``sft`` preset on them, 32
+   transcripts a step, lr 1e-3, in chunks of ``--sft-chunk`` steps (each continuing the run with
+   ``--resume``) until the greedy success on ``--validation`` problems (drawn apart from the held-out
+   ones) reaches ``--warm-start``: a warm start that writes the call format and copies the digits (into
+   the call, and from the tool's answer) only sometimes. The model learns the format within 100 steps
+   and the copying suddenly, at a step that depends on the seed, so a fixed step count would start RL
+   from 0% on one seed and from 99% on another.
 3. **RL.** ``trinity train`` with the ``grpo`` preset (8 problems x 8 episodes a step, lr ``--rl-lr``,
    no KL) and ``rollout.workflow: tools`` from the SFT model, ``--rl-steps`` steps, rewarded by
    ``exact_match`` on the final answer.
@@ -117,7 +121,7 @@ def write_transcripts(folder: Path, count: int, seed: int, args: dict[str, Any])
     asyncio.run(writer.write(outcome.experiences))
 
 
-def sft_config(data: Path, steps: int, seed: int) -> dict[str, Any]:
+def sft_config(data: Path, steps: int, seed: int, checkpoint_every: int = 0) -> dict[str, Any]:
     """The SFT warm start: the sft preset in mode train on the transcripts."""
     return {
         "mode": "train",
@@ -131,7 +135,8 @@ def sft_config(data: Path, steps: int, seed: int) -> dict[str, Any]:
             "warmup_steps": 10,
             "seed": seed,
             "threads": 1,
-            "checkpoint_every": 0,
+            "checkpoint_every": checkpoint_every,
+            "keep_checkpoints": 1,
             "progress": False,
             "log_samples_every": 0,
         },
@@ -196,6 +201,12 @@ def evaluate(model_dir: Path, rows: list[dict[str, Any]], args: dict[str, Any]) 
     return {"success": success, "calls_per_episode": metrics["tools/calls_per_episode"]}
 
 
+def load() -> list[str]:
+    """The machine's load average over 1, 5 and 15 minutes (other work shares the cores)."""
+    path = Path("/proc/loadavg")
+    return path.read_text().split()[:3] if path.exists() else ["?"] * 3
+
+
 def phase(path: Path, make: Any) -> dict[str, Any]:
     """The result stored at ``path``, or ``make()``'s, stored there (so a second run resumes)."""
     if path.is_file():
@@ -203,6 +214,34 @@ def phase(path: Path, make: Any) -> dict[str, Any]:
     result = dict(make())
     path.write_text(json.dumps(result))
     return result
+
+
+def warm_start(
+    root: Path, data: Path, seed: int, ns: argparse.Namespace, validation: list[dict[str, Any]], args: Any
+) -> dict[str, Any]:
+    """SFT in chunks of ``--sft-chunk`` steps (each continuing the run with ``--resume``) until the model
+    solves ``--warm-start`` of the validation problems, greedy; its progress is kept in
+    ``sft-progress.json``, so a killed run continues from the last chunk."""
+    run_dir, log = root / "sft", root / "sft-progress.json"
+    progress = (
+        json.loads(log.read_text()) if log.is_file() else {"steps": 0, "seconds": 0.0, "validation": []}
+    )
+    while progress["steps"] < ns.sft_max_steps and not (
+        progress["validation"] and progress["validation"][-1][1] >= ns.warm_start
+    ):
+        steps = progress["steps"] + ns.sft_chunk
+        start = time.perf_counter()
+        latest = run_dir / "checkpoints" / "latest"
+        if progress["steps"] == 0:
+            train(sft_config(data, steps, seed, ns.sft_chunk), run_dir=run_dir, overwrite=True)
+        elif not (latest.is_file() and latest.read_text().strip() == f"step-{steps:06d}"):
+            train(resume=run_dir, overrides=[f"trainer.total_steps={steps}"])
+        progress["seconds"] += time.perf_counter() - start
+        success = evaluate(run_dir / "model", validation, args)["success"]
+        progress["steps"] = steps
+        progress["validation"].append([steps, success])
+        log.write_text(json.dumps(progress))
+    return {**progress, "load": load()[0]}
 
 
 def run_seed(seed: int, work: Path, ns: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -225,12 +264,13 @@ def run_seed(seed: int, work: Path, ns: argparse.Namespace, rows: list[dict[str,
             "steps": result.steps,
             "first_reward": reward(result.history[:10]),
             "last_reward": reward(result.history[-10:]),
-            "load": Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?",
+            "load": load()[0],
         }
 
     data = root / "transcripts"
     phase(root / "transcripts.json", lambda: write_transcripts(data, ns.transcripts, seed, with_tools) or {})
-    sft = phase(root / "sft.json", lambda: timed_train(sft_config(data, ns.sft_steps, seed), root / "sft"))
+    validation = MultiplicationTask().sample(ns.validation, torch.Generator().manual_seed(424_242))
+    sft = phase(root / "sft.json", lambda: warm_start(root, data, seed, ns, validation, with_tools))
     rl_run = rl_config(root / "sft" / "model", ns.rl_steps, seed, with_tools)
     rl_run["trainer"]["lr"] = ns.rl_lr
     rl = phase(root / "rl.json", lambda: timed_train(rl_run, root / "rl"))
@@ -251,30 +291,37 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench_tools")
     parser.add_argument("--transcripts", type=int, default=4096)
-    parser.add_argument("--sft-steps", type=int, default=600)
+    parser.add_argument("--sft-chunk", type=int, default=50, help="SFT steps between validations")
+    parser.add_argument("--sft-max-steps", type=int, default=1000)
+    parser.add_argument("--warm-start", type=float, default=0.2, help="validation success that ends SFT")
+    parser.add_argument("--validation", type=int, default=64, help="validation problems (not held out)")
     parser.add_argument("--rl-steps", type=int, default=60)
     parser.add_argument("--rl-lr", type=float, default=5e-5)
     parser.add_argument("--eval", type=int, default=200, help="held-out problems")
     parser.add_argument("--quick", action="store_true", help="a short run of every phase (not a result)")
     ns = parser.parse_args()
     if ns.quick:
-        ns.transcripts, ns.sft_steps, ns.rl_steps, ns.eval = 128, 8, 4, 16
+        ns.transcripts, ns.sft_chunk, ns.sft_max_steps, ns.rl_steps, ns.eval = 128, 4, 8, 4, 16
+        ns.validation = 8
         ns.work = ns.work.with_name(ns.work.name + "-quick")
     torch.set_num_threads(1)
     rows = MultiplicationTask().sample(ns.eval, torch.Generator().manual_seed(999_983))
     results = [run_seed(int(s), ns.work, ns, rows) for s in ns.seeds.split(",")]
-    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"] * 3
-    print(f"\nload average (1, 5, 15 min) at the end: {' '.join(load)}; torch threads: 1; {ns.eval} held-out")
     print(
-        "\n| seed | SFT steps (s, load) | RL steps (s, load) | RL reward, first → last 10 steps "
-        "| (a) SFT | (b) after RL | (c) after RL, no tools | calls/episode (a, b, c) |"
+        f"\nload average (1, 5, 15 min) at the end: {' '.join(load())}; torch threads: 1; {ns.eval} held-out"
+    )
+    print(
+        "\n| seed | SFT steps (s, load; validation success) | RL steps (s, load) "
+        "| RL reward, first → last 10 steps | (a) SFT | (b) after RL | (c) after RL, no tools "
+        "| calls/episode (a, b, c) |"
     )
     print("|---|---|---|---|---:|---:|---:|---|")
     for r in results:
         sft, rl = r["sft_train"], r["rl_train"]
         calls = ", ".join(f"{r[k]['calls_per_episode']:.2f}" for k in ("sft", "rl", "rl_without_tools"))
         print(
-            f"| {r['seed']} | {sft['steps']} ({sft['seconds']:.0f}, {sft.get('load', '?')}) "
+            f"| {r['seed']} | {sft['steps']} ({sft['seconds']:.0f}, {sft['load']}; validation "
+            f"{sft['validation'][-1][1]:.2f}) "
             f"| {rl['steps']} ({rl['seconds']:.0f}, {rl.get('load', '?')}) "
             f"| {rl.get('first_reward', math.nan):.3f} → {rl['last_reward']:.3f} | {r['sft']['success']:.3f} "
             f"| {r['rl']['success']:.3f} | {r['rl_without_tools']['success']:.3f} | {calls} |"
