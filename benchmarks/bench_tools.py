@@ -273,6 +273,7 @@ def run_seed(seed: int, work: Path, ns: argparse.Namespace, rows: list[dict[str,
     sft = phase(root / "sft.json", lambda: warm_start(root, data, seed, ns, validation, with_tools))
     rl_run = rl_config(root / "sft" / "model", ns.rl_steps, seed, with_tools)
     rl_run["trainer"]["lr"] = ns.rl_lr
+    rl_run["rollout"]["temperature"] = ns.rl_temperature
     rl = phase(root / "rl.json", lambda: timed_train(rl_run, root / "rl"))
     scores = phase(
         root / "eval.json",
@@ -293,10 +294,11 @@ def main() -> int:
     parser.add_argument("--transcripts", type=int, default=4096)
     parser.add_argument("--sft-chunk", type=int, default=50, help="SFT steps between validations")
     parser.add_argument("--sft-max-steps", type=int, default=1000)
-    parser.add_argument("--warm-start", type=float, default=0.2, help="validation success that ends SFT")
+    parser.add_argument("--warm-start", type=float, default=0.4, help="validation success that ends SFT")
     parser.add_argument("--validation", type=int, default=64, help="validation problems (not held out)")
     parser.add_argument("--rl-steps", type=int, default=60)
     parser.add_argument("--rl-lr", type=float, default=5e-5)
+    parser.add_argument("--rl-temperature", type=float, default=1.0, help="sampling temperature of RL")
     parser.add_argument("--eval", type=int, default=200, help="held-out problems")
     parser.add_argument("--quick", action="store_true", help="a short run of every phase (not a result)")
     ns = parser.parse_args()
