@@ -334,7 +334,7 @@ def test_bad_reward_functions_are_one_line(
     message: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from trinity_core.train import rewards
+    from trinity_core.train.data import rewards
 
     seen: dict[str, Any] = {}
     real = rewards.combine_rewards
@@ -351,7 +351,7 @@ def test_bad_reward_functions_are_one_line(
         seen.update(p=prompts[0], c=completions[0])
         return real(fns, weights, names, prompts, completions, fields, **kwargs)
 
-    monkeypatch.setattr("trinity_core.train.explorer.combine_rewards", spy)
+    monkeypatch.setattr("trinity_core.train.explorer.explorer.combine_rewards", spy)
     registry.register("reward_fn", "bad_reward", fn)
     try:
         code, err = cli(
@@ -508,7 +508,7 @@ def test_resume_refuses_what_it_would_ignore_or_change(
 
 
 def test_debug_shows_the_traceback(cli: Callable[..., tuple[int, str]], run_copy: Path) -> None:
-    from trinity_core.train.checkpoint import CheckpointError
+    from trinity_core.train.checkpoints.commit import CheckpointError
 
     shutil.rmtree(run_copy / "checkpoints")
     code, err = cli("--resume", run_copy)
@@ -525,18 +525,18 @@ def _drawn_after_resume(run: Path, tmp_path: Path, draw: Callable[[Any], Any]) -
     """What ``draw(trainer)`` gives right after the checkpoint of step 1 is saved, and right after it is
     restored in a fresh trainer."""
     from trinity_core.config import resolve_config
-    from trinity_core.train.loop import Trainer
+    from trinity_core.train.modes.runner import Runner
     from trinity_core.train.run import make_accelerator
 
     config = resolve_config(yaml.safe_load((run / "config.yaml").read_text()))
     acc = make_accelerator(config, run)
-    fresh = Trainer(config, tmp_path / "fresh", accelerator=acc)
+    fresh = Runner(config, tmp_path / "fresh", accelerator=acc)
     fresh.step(0)
     fresh.run_dir.mkdir()
     fresh.save_checkpoint(1)
     expected = draw(fresh)
     fresh.event_loop.close()
-    resumed = Trainer(config, fresh.run_dir, accelerator=acc, resume=True)
+    resumed = Runner(config, fresh.run_dir, accelerator=acc, resume=True)
     resumed.event_loop.close()
     return draw(resumed), expected
 

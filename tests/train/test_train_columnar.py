@@ -25,10 +25,10 @@ from trinity_core.buffer import make_buffer
 from trinity_core.experience import Experience
 from trinity_core.hooks import get_plugin_manager
 from trinity_core.hookspecs import hookimpl
-from trinity_core.train import explorer as train_explorer
 from trinity_core.train import train
-from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
-from trinity_core.train.experiences import rollout_batch, rollout_experiences
+from trinity_core.train.explorer import explorer as train_explorer
+from trinity_core.train.explorer.columnar import columnar_levels, pipeline_advantage_on_batch
+from trinity_core.train.explorer.experiences import rollout_batch, rollout_experiences
 
 TIMINGS = ("time/", "throughput/", "explorer/idle_fraction", "learner/idle_fraction")
 """Metrics measured in seconds: they differ between two runs of the same steps."""

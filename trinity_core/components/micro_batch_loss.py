@@ -1,9 +1,9 @@
 """The loss of one micro-batch: policy loss + KL loss − entropy bonus, as ``trinity train`` forms it.
 
-One function, :func:`micro_batch_loss`, used by the learner's update
-(:meth:`trinity_core.train.learner.Learner.backward_minibatch`) and by the integrations (TRL's trainer,
-through :func:`trinity_core.integrations.components.total_loss`), so that every way of training with
-our components computes the same loss and the same gradient::
+One function, :func:`micro_batch_loss`, used by the learner's update (:meth:`~trinity_core.train.
+learner.learner.Learner.backward_minibatch`) and by the integrations (TRL's trainer, through
+:func:`trinity_core.integrations.components.total_loss`), so that every way of training with our
+components computes the same loss and the same gradient::
 
     loss = policy_loss(logprob, ..., loss_scale=pg_scale)
          + kl_loss.calculate_kl_loss(logprob, ref_logprob, mask, old_logprob=..., loss_scale=scale)

@@ -10,9 +10,9 @@ from typing import Any
 
 from trinity_core import registry
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
-from trinity_core.train.model import load_policy, reference_policy
-from trinity_core.train.rewards import RewardFn, load_reward_fns, required_fields
-from trinity_core.train.tasks import Task
+from trinity_core.train.data.rewards import RewardFn, load_reward_fns, required_fields
+from trinity_core.train.data.tasks import Task
+from trinity_core.train.models.policy import load_policy, reference_policy
 
 __all__ = [
     "Components",

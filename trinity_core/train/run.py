@@ -25,8 +25,8 @@ from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, chec
 from trinity_core.config.layers import apply_overrides
 from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
-from trinity_core.train.accelerator import check_launch, make_accelerator
-from trinity_core.train.checkpoint import CONFIG_FILE
+from trinity_core.train.checkpoints.commit import CONFIG_FILE
+from trinity_core.train.modes.accelerator import check_launch, make_accelerator
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -215,7 +215,7 @@ def _hook_failure(exc: BaseException, pm: Any) -> Any | None:
 
 def _where_to_continue(run_dir: Path) -> str:
     """How to continue after a failure: from the last complete checkpoint, or from the start."""
-    from trinity_core.train.checkpoint import LATEST
+    from trinity_core.train.checkpoints.commit import LATEST
 
     pointer = run_dir / "checkpoints" / LATEST
     if pointer.exists():
@@ -270,7 +270,7 @@ def train(
         profile: time the parts of each step.
 
     Returns:
-        :class:`~trinity_core.train.loop.TrainResult`.
+        :class:`~trinity_core.train.report.result.TrainResult`.
 
     Raises:
         RunDirError: the run directory is in use, cannot be written, holds another run, or (resume)
@@ -278,8 +278,8 @@ def train(
         ConfigError: an invalid configuration, or ``--config`` / a ``--set`` that cannot change on resume.
     """
     require_extra("train", "trinity train")
-    from trinity_core.train.loop import Trainer
-    from trinity_core.train.reporting import init_trackers
+    from trinity_core.train.modes.runner import Runner
+    from trinity_core.train.report.reporting import init_trackers
 
     if resume is not None:
         path = Path(resume)
@@ -328,7 +328,7 @@ def train(
         acc.wait_for_everyone()
         # Everything that can fail on bad input (task, rewards, components, model, checkpoint) is built
         # before the run directory is written.
-        trainer = Trainer(resolved, run_path, accelerator=acc, resume=resume is not None, profile=profile)
+        trainer = Runner(resolved, run_path, accelerator=acc, resume=resume is not None, profile=profile)
         if resume is not None and trainer.start_step >= trainer.total_steps:
             raise RunFinished(
                 f"run {run_path} already trained {trainer.start_step} of trainer.total_steps = "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from trinity_plugin_sapo import SAPOPolicyLossFn
 
-from trinity_core.testing._hostsync import count_host_syncs
+from trinity_core.testing.host_syncs import count_host_syncs
 
 
 def inputs(seed: int, b: int = 8, t: int = 48) -> dict[str, torch.Tensor]:

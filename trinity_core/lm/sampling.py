@@ -1,0 +1,176 @@
+"""Rollout: sample ``G`` responses per prompt with Hugging Face ``generate``.
+
+Prompts are encoded as ``<bos>`` + text (when the tokenizer has a BOS), left-padded; responses end at the
+first EOS (kept, so the policy learns to stop) or after ``max_new_tokens`` (truncated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from trinity_core.lm.shared_prompt import prefill_shared_prompts
+
+__all__ = ["Rollout", "encode_prompts", "generate", "pad_rows", "sample_padded"]
+
+
+@dataclass
+class Rollout:
+    """The sampled responses of one step, ``N = len(prompts) * G`` rows, prompt-major.
+
+    Attributes:
+        prompt_ids: ``(N, P)`` left-padded prompt ids.
+        prompt_mask: ``(N, P)`` bool, True on real prompt tokens.
+        response_ids: ``(N, T)`` generated ids, pad after the first EOS.
+        response_lengths: ``(N,)`` int64, tokens up to and including the first EOS (``T`` if none).
+        truncated: ``(N,)`` bool, no EOS within ``T`` tokens.
+        logprobs: ``(N, T)`` float32, the sampling policy's log-probability of each response token
+            (log-softmax of its raw logits; 0 after the response), the behaviour log-probs.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_lengths: Tensor
+    truncated: Tensor
+    logprobs: Tensor | None = None
+    """``(N, T)`` float32 log-probs of the sampled tokens under the policy (0 after the response), when
+    asked for: the behaviour log-probs of off-policy corrections."""
+
+    @property
+    def response_mask(self) -> Tensor:
+        """``(N, T)`` bool, True on the real response tokens."""
+        col = torch.arange(self.response_ids.shape[1], device=self.response_ids.device)
+        return col < self.response_lengths[:, None]
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[str], device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(ids, mask)`` of ``prompts``, ``<bos>``-prefixed when the tokenizer has one, left-padded."""
+    rows = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    bos = tokenizer.bos_token_id
+    if bos is not None:
+        # As an id in front of the prompt's own tokens (the text "<bos>" could tokenize differently).
+        rows = [[bos, *r] if not r or r[0] != bos else r for r in rows]
+    padded = tokenizer.pad({"input_ids": rows}, padding=True, padding_side="left", return_tensors="pt")
+    return padded["input_ids"].to(device), padded["attention_mask"].to(device, torch.bool)
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    repeat: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    greedy: bool = False,
+    logprobs: bool = False,
+) -> Rollout:
+    """Sample ``repeat`` responses for each prompt (rows ``i*repeat .. i*repeat+repeat-1`` for prompt ``i``).
+
+    Uses the global torch RNG (seeded by the trainer and saved in checkpoints). With ``logprobs`` the
+    rollout carries the policy's log-probability of each response token (before temperature and top-k/p).
+    """
+    device = next(model.parameters()).device
+    ids, mask = encode_prompts(tokenizer, prompts, device)
+    return sample_padded(
+        model,
+        tokenizer,
+        ids,
+        mask,
+        repeat=repeat,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        greedy=greedy,
+        logprobs=logprobs,
+    )
+
+
+def pad_rows(tokenizer: Any, rows: Sequence[Sequence[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(ids, mask)`` of already encoded prompts (token id lists), left-padded as :func:`encode_prompts`."""
+    padded = tokenizer.pad(
+        {"input_ids": [list(r) for r in rows]}, padding=True, padding_side="left", return_tensors="pt"
+    )
+    return padded["input_ids"].to(device), padded["attention_mask"].to(device, torch.bool)
+
+
+@torch.no_grad()
+def sample_padded(
+    model: Any,
+    tokenizer: Any,
+    ids: Tensor,
+    mask: Tensor,
+    *,
+    repeat: int = 1,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    greedy: bool = False,
+    logprobs: bool = False,
+) -> Rollout:
+    """``repeat`` responses per row of the left-padded prompts ``ids`` / ``mask`` (the body of
+    :func:`generate`); rows ``i*repeat .. i*repeat+repeat-1`` answer prompt ``i``.
+
+    A repeated prompt is run through the model once (all its tokens but the last) and its key-value
+    cache repeated for its rows (:func:`~trinity_core.lm.shared_prompt.prefill_shared_prompts`);
+    ``generate`` then starts from that cache: the same samples, less work.
+    """
+    device = ids.device
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    sampling: dict[str, Any] = (
+        {"do_sample": False}
+        if greedy
+        else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k or None}
+    )
+    if logprobs:
+        sampling["output_logits"] = True
+    was_training = model.training
+    model.eval()
+    cache = prefill_shared_prompts(model, ids, mask, repeat)
+    ids, mask = ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask.long(),
+        **cache,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=1,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        use_cache=True,
+        return_dict_in_generate=True,
+        **sampling,
+    )
+    model.train(was_training)
+    response = out.sequences[:, ids.shape[1] :]
+    picked = None
+    if (
+        logprobs
+    ):  # the policy's log-probs (logits before temperature and top-k/p), as the learner computes them
+        logits = torch.stack(out.logits, dim=1).float()  # (N, steps, V)
+        picked = logits.log_softmax(-1).gather(-1, response[:, : logits.shape[1], None].long())[..., 0]
+    if response.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
+        extra = torch.full(
+            (response.shape[0], max_new_tokens - response.shape[1]), pad, dtype=response.dtype, device=device
+        )
+        response = torch.cat([response, extra], dim=1)
+        if picked is not None:
+            picked = torch.nn.functional.pad(picked, (0, max_new_tokens - picked.shape[1]))
+    is_eos = response == eos
+    has_eos = is_eos.any(dim=1)
+    first = torch.where(has_eos, is_eos.int().argmax(dim=1), response.shape[1] - 1)
+    lengths = first + 1
+    col = torch.arange(response.shape[1], device=device)
+    response = torch.where(col < lengths[:, None], response, pad)
+    if picked is not None:
+        picked = torch.where(col < lengths[:, None], picked, 0.0)
+    return Rollout(ids, mask, response, lengths.long(), ~has_eos, picked)
