@@ -98,7 +98,7 @@ def make_step(name: str, model: dict[str, Any], batch: str, threads: int) -> tup
     import torch
 
     from trinity_core.config import resolve_config
-    from trinity_core.train.learner.update import response_logprobs
+    from trinity_core.train.learner.logprobs import response_logprobs
     from trinity_core.train.modes.runner import Runner
     from trinity_core.train.run import make_accelerator, prepare_run_dir
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trinity_core.lm.shared_prompt import prompt_groups, shared_prompt_logits
-from trinity_core.train.learner.update import response_logprobs
+from trinity_core.train.learner.logprobs import response_logprobs
 from trinity_core.train.models.policy import tiny_model
 
 V, PAD = 30, 0

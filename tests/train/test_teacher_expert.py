@@ -24,8 +24,8 @@ from trinity_core.config.capabilities import check_capabilities, missing_capabil
 from trinity_core.eid import EID
 from trinity_core.experience import Experience
 from trinity_core.train import train
+from trinity_core.train.data.pairs import write_answer_experiences
 from trinity_core.train.learner.expert import ExpertData, expert_ratio, load_expert_data
-from trinity_core.train.learner.teacher import write_answer_experiences
 from trinity_core.train.models.policy import build_char_tokenizer
 
 # ------------------------------------------------------------------------------------- expert rows

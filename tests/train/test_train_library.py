@@ -16,7 +16,7 @@ from trinity_core.cli.main import main
 from trinity_core.lm.sampling import Rollout, encode_prompts
 from trinity_core.train import train
 from trinity_core.train.explorer.explorer import Explorer
-from trinity_core.train.learner.update import lr_scheduler
+from trinity_core.train.learner.optimizer import lr_scheduler
 from trinity_core.train.models.policy import build_char_tokenizer
 
 

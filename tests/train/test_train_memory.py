@@ -19,7 +19,8 @@ import train_dist_worker as worker
 from trinity_core.batch import ExperienceBatch
 from trinity_core.cli.main import main
 from trinity_core.config import resolve_config
-from trinity_core.train.learner.update import micro_batches, response_logprobs, row_tokens
+from trinity_core.train.learner.logprobs import response_logprobs
+from trinity_core.train.learner.micro_batches import micro_batches, row_tokens
 from trinity_core.train.models.lora import AdapterDisabled
 
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
@@ -186,7 +187,7 @@ def test_lora_export_writes_the_adapter_and_merge_the_merged_model(tmp_path: Pat
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from trinity_core.train.build import build_task
+    from trinity_core.train.data.tasks import build_task
     from trinity_core.train.export import load_checkpoint_policy
     from trinity_core.train.models.policy import load_policy
 

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trinity_core.train.learner.logprobs import response_logprobs
 from trinity_core.train.learner.trim import trim_micro_batch
-from trinity_core.train.learner.update import response_logprobs
 from trinity_core.train.models.policy import tiny_model
 
 V, PAD = 30, 0

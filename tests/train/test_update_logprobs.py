@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from trinity_core.config import TrainerConfig
-from trinity_core.train.learner.update import _keeps_logits, make_optimizer, response_logprobs
+from trinity_core.train.learner.logprobs import _keeps_logits, response_logprobs
+from trinity_core.train.learner.optimizer import make_optimizer
 from trinity_core.train.models.policy import tiny_model
 
 

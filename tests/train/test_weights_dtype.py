@@ -12,7 +12,7 @@ from test_train_memory import CLI, LORA, fixed_batch, trainer, update
 
 from trinity_core.cli.main import main
 from trinity_core.config import resolve_config
-from trinity_core.train.learner.update import response_logprobs
+from trinity_core.train.learner.logprobs import response_logprobs
 from trinity_core.train.models.dtype import weights_dtype
 from trinity_core.train.models.lora import AdapterDisabled
 from trinity_core.train.models.policy import load_policy

@@ -2,7 +2,7 @@
 
 The log-prob pass asks for the logits of the response positions only (``logits_to_keep``) and the
 shared-prompt pass for a key-value cache; both depend on the transformers model under DDP,
-``torch.compile``, PEFT or the LoRA reference stand-in, whose own ``forward`` signatures do not name
+``torch.compile``, PEFT or a LoRA reference stand-in, whose own ``forward`` signatures do not name
 those arguments but pass them on.
 """
 
@@ -18,20 +18,19 @@ _PARAMETERS: dict[type, frozenset[str]] = {}
 
 def model_under_wrappers(model: Any) -> Any:
     """The module a forward call of ``model`` runs, looking through the wrappers that run it as it is
-    and pass every keyword on: DDP, ``torch.compile``, PEFT and the LoRA reference stand-in.
+    and pass every keyword on: DDP, ``torch.compile``, PEFT, and any wrapper that names the module it
+    calls in ``wrapped_module`` (the LoRA reference stand-in of ``trinity train``).
 
     A sharded engine (FSDP, DeepSpeed) is not looked through: it gathers parameters around its own call.
     """
     from torch.nn.parallel import DistributedDataParallel
 
-    from trinity_core.train.models.lora import AdapterDisabled
-
     inner = model
     for _ in range(4):
         if isinstance(inner, DistributedDataParallel):
             inner = inner.module
-        elif isinstance(inner, AdapterDisabled):
-            inner = inner.model
+        elif hasattr(inner, "wrapped_module"):
+            inner = inner.wrapped_module
         elif hasattr(inner, "_orig_mod"):
             inner = inner._orig_mod
         elif hasattr(inner, "get_base_model"):

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from trinity_core.lm.shared_prompt import prefill_shared_prompts
 
-__all__ = ["Rollout", "encode_prompts", "generate", "pad_rows", "sample_padded"]
+__all__ = ["Rollout", "decode_completions", "encode_prompts", "generate", "pad_rows", "sample_padded"]
 
 
 @dataclass
@@ -46,6 +46,18 @@ class Rollout:
         """``(N, T)`` bool, True on the real response tokens."""
         col = torch.arange(self.response_ids.shape[1], device=self.response_ids.device)
         return col < self.response_lengths[:, None]
+
+
+def decode_completions(tokenizer: Any, rollout: Rollout) -> tuple[list[str], list[tuple[int, ...]]]:
+    """Completion texts and ids = response tokens before EOS, special tokens spelled out (a stray
+    ``<pad>`` never matches an answer); the ids go to reward functions as ``completion_ids``."""
+    ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
+    ids = rollout.response_ids.tolist()
+    rows = [tuple(row[:e]) for row, e in zip(ids, ends, strict=True)]
+    # The G responses to a prompt often repeat: each distinct response is decoded once.
+    distinct = list(dict.fromkeys(rows))
+    text = dict(zip(distinct, tokenizer.batch_decode([list(r) for r in distinct]), strict=True))
+    return [text[row] for row in rows], rows
 
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[str], device: torch.device) -> tuple[Tensor, Tensor]:
@@ -125,7 +137,6 @@ def sample_padded(
     cache repeated for its rows (:func:`~trinity_core.lm.shared_prompt.prefill_shared_prompts`);
     ``generate`` then starts from that cache: the same samples, less work.
     """
-    device = ids.device
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     sampling: dict[str, Any] = (
         {"do_sample": False}
@@ -158,18 +169,24 @@ def sample_padded(
     ):  # the policy's log-probs (logits before temperature and top-k/p), as the learner computes them
         logits = torch.stack(out.logits, dim=1).float()  # (N, steps, V)
         picked = logits.log_softmax(-1).gather(-1, response[:, : logits.shape[1], None].long())[..., 0]
-    if response.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
-        extra = torch.full(
-            (response.shape[0], max_new_tokens - response.shape[1]), pad, dtype=response.dtype, device=device
-        )
+    return _cut_at_eos(ids, mask, response, picked, eos=eos, pad=pad, width=max_new_tokens)
+
+
+def _cut_at_eos(
+    ids: Tensor, mask: Tensor, response: Tensor, picked: Tensor | None, *, eos: int, pad: int, width: int
+) -> Rollout:
+    """The rollout of ``generate``'s responses: ``width`` columns, each row cut after its first EOS
+    (pad after it, log-prob 0 there); a row without an EOS is truncated."""
+    if response.shape[1] < width:  # every row stopped early: pad to a fixed width
+        extra = response.new_full((response.shape[0], width - response.shape[1]), pad)
         response = torch.cat([response, extra], dim=1)
         if picked is not None:
-            picked = torch.nn.functional.pad(picked, (0, max_new_tokens - picked.shape[1]))
+            picked = torch.nn.functional.pad(picked, (0, width - picked.shape[1]))
     is_eos = response == eos
     has_eos = is_eos.any(dim=1)
     first = torch.where(has_eos, is_eos.int().argmax(dim=1), response.shape[1] - 1)
     lengths = first + 1
-    col = torch.arange(response.shape[1], device=device)
+    col = torch.arange(response.shape[1], device=response.device)
     response = torch.where(col < lengths[:, None], response, pad)
     if picked is not None:
         picked = torch.where(col < lengths[:, None], picked, 0.0)

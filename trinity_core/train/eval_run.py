@@ -75,9 +75,10 @@ def evaluate_target(
         EvalError: a model folder without ``config``, or a target that does not exist.
         ExportError, ModelLoadError, PromptRenderError, RewardError, ConfigError: see their modules.
     """
-    from trinity_core.train.build import build_rewards, build_task
     from trinity_core.train.checkpoints.commit import CONFIG_FILE, write_json_atomic
     from trinity_core.train.data.prompts import build_prompter
+    from trinity_core.train.data.rewards import build_rewards
+    from trinity_core.train.data.tasks import build_task
     from trinity_core.train.explorer.evaluation import EvalSettings, evaluate_policy
 
     path = Path(target)

@@ -64,8 +64,8 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
 
     from trinity_core.config import resolve_config
     from trinity_core.config.loading import read_yaml_mapping
-    from trinity_core.train.build import build_task
     from trinity_core.train.checkpoints.commit import CONFIG_FILE
+    from trinity_core.train.data.tasks import build_task
     from trinity_core.train.models.lora import add_lora
     from trinity_core.train.models.policy import load_policy
 
@@ -233,7 +233,7 @@ def export_checkpoint(
 
 def _response_budget(config: Any) -> int | None:
     """The trainer's default response budget (the task's), or None when the task cannot be built here."""
-    from trinity_core.train.build import build_task
+    from trinity_core.train.data.tasks import build_task
 
     try:
         return build_task(config).max_response_tokens()

@@ -12,9 +12,8 @@ from transformers import AutoModelForCausalLM
 
 from trinity_core import registry
 from trinity_core.train import train
-from trinity_core.train.learner.expert import pair_experiences
-from trinity_core.train.learner.teacher import write_answer_experiences
-from trinity_core.train.learner.update import response_logprobs
+from trinity_core.train.data.pairs import pair_experiences, write_answer_experiences
+from trinity_core.train.learner.logprobs import response_logprobs
 from trinity_core.train.models.policy import load_policy
 
 MODEL: dict[str, Any] = {

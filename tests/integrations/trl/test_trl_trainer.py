@@ -17,7 +17,7 @@ from trinity_core.integrations.trl import TrinityGRPOTrainer
 from trinity_core.ops.loss_scale import global_normalizers
 from trinity_core.train.data.tasks import CopyTask
 from trinity_core.train.learner.learner import Learner
-from trinity_core.train.learner.update import response_logprobs
+from trinity_core.train.learner.logprobs import response_logprobs
 from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
 
 G = 4

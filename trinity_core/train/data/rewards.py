@@ -24,13 +24,19 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+
+if TYPE_CHECKING:
+    from trinity_core.train.data.tasks import Task
 
 __all__ = [
     "TRAINER_ARGUMENTS",
     "Completion",
     "RewardError",
     "RewardFn",
+    "build_rewards",
     "combine_rewards",
     "completion_text",
     "exact_match",
@@ -205,3 +211,43 @@ def combine_rewards(
             prev = total[i]
             total[i] = weight * v if prev is None else prev + weight * v
     return total
+
+
+def build_rewards(config: ResolvedConfig, task: Task) -> tuple[list[str], list[RewardFn], list[float]]:
+    """Reward functions, names and weights; checks that the task provides every field they need."""
+    from trinity_core import registry
+
+    names = list(config.tasks.reward_fns or task.default_reward_fns)
+    weights = list(config.tasks.reward_weights or [1.0] * len(names))
+    problems: list[ConfigProblem] = []
+    if len(weights) != len(names):
+        problems.append(
+            ConfigProblem(
+                "tasks.reward_weights", f"{len(weights)} weights for {len(names)} reward functions {names}"
+            )
+        )
+    unknown = sorted(set(config.tasks.reward_fn_args) - set(names))
+    if unknown:
+        problems.append(
+            ConfigProblem("tasks.reward_fn_args", f"arguments for reward functions not in use: {unknown}")
+        )
+    try:
+        fns = load_reward_fns(names, config.tasks.reward_fn_args)
+    except registry.PluginError as exc:
+        problems.append(ConfigProblem("tasks.reward_fns", str(exc)))
+        raise ConfigError(problems) from None
+    available = {*task.fields, "truncated"}
+    for name, fn in zip(names, fns, strict=True):
+        missing = [f for f in required_fields(fn) if f not in available]
+        if missing:
+            problems.append(
+                ConfigProblem(
+                    "tasks",
+                    f"reward function {name!r} needs field(s) {missing} but task "
+                    f"{config.tasks.name or 'last_digit'!r} provides {sorted(task.fields)}",
+                    hint="add the column to the dataset or choose another reward function",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
+    return names, fns, weights

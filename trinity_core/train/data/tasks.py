@@ -14,6 +14,7 @@ import torch
 from pydantic import Field
 
 from trinity_core.components.base import Component, ComponentArgs
+from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 
 __all__ = [
     "AddModTask",
@@ -21,6 +22,7 @@ __all__ = [
     "LastDigitTask",
     "ReverseTask",
     "Task",
+    "build_task",
 ]
 
 EVAL_SEED_OFFSET = 1_000_003
@@ -173,3 +175,19 @@ class ReverseTask(CopyTask):
     def transform(self, text: str) -> str:
         """``text`` reversed."""
         return text[::-1]
+
+
+def build_task(config: ResolvedConfig) -> Task:
+    """The task set named in ``tasks.name`` (default ``last_digit``), built with ``tasks.args``."""
+    from trinity_core import registry
+
+    name = config.tasks.name or "last_digit"
+    try:
+        task = registry.create("task", name, config.tasks.args)
+    except registry.ComponentArgsError as exc:
+        raise ConfigError([ConfigProblem("tasks.args", str(exc))]) from None
+    except registry.PluginError as exc:
+        raise ConfigError([ConfigProblem("tasks.name", str(exc))]) from None
+    except ValueError as exc:  # TaskDataError and friends
+        raise ConfigError([ConfigProblem("tasks", str(exc))]) from None
+    return task  # type: ignore[no-any-return]

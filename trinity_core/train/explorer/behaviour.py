@@ -7,11 +7,11 @@ correction (the ``trinity-plugin-rollout-correction`` plugin) can weigh each tok
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from trinity_core.batch import ExperienceBatch
+from trinity_core.batch import ExperienceBatch, LazyExperiences
 from trinity_core.config import ResolvedConfig
-from trinity_core.experience import Experience
 from trinity_core.lm.sampling import Rollout
 
 __all__ = ["attach_behaviour_logprobs", "wants_behaviour_logprobs"]
@@ -29,16 +29,15 @@ def wants_behaviour_logprobs(config: ResolvedConfig, components: Any) -> bool:
 
 
 def attach_behaviour_logprobs(
-    written: ExperienceBatch | list[Experience], rollout: Rollout, rewards: list[float | None]
+    batch: ExperienceBatch, rollout: Rollout, rewards: Sequence[float | None]
 ) -> None:
-    """Set the ``logprobs`` of ``written`` (the rewarded rows of ``rollout``, in order) from the rollout."""
+    """Set the ``logprobs`` of ``batch`` (the rewarded rows of ``rollout``, in order) from the rollout;
+    experiences of the batch that exist already get views of their rows."""
     if rollout.logprobs is None:
         return
     keep = [i for i, r in enumerate(rewards) if r is not None]
     rows = rollout.logprobs.cpu()[keep] if len(keep) < len(rewards) else rollout.logprobs.cpu()
-    if isinstance(written, ExperienceBatch):
-        written.logprobs = rows[:, : written.max_response_length].contiguous()
-        return
-    # The list path makes its experiences one by one already; each gets a view of its row.
-    for exp, row, length in zip(written, rows, rollout.response_lengths[keep].tolist(), strict=True):
-        exp.logprobs = row[:length]
+    batch.logprobs = rows[:, : batch.max_response_length].contiguous()
+    made = batch.experiences
+    if not isinstance(made, LazyExperiences) or made.materialized:
+        batch.write_back("logprobs")

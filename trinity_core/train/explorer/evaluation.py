@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-from trinity_core.lm.sampling import Rollout, generate
+from trinity_core.lm.sampling import Rollout, decode_completions, generate
 from trinity_core.train.data.prompts import PromptRenderer
 from trinity_core.train.data.rewards import combine_rewards, prompt_conversations
 
-__all__ = ["EvalSettings", "decode_completions", "evaluate_policy"]
+__all__ = ["EvalSettings", "evaluate_policy"]
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,6 @@ class EvalSettings:
             success=tasks.eval_success,
             seed=config.trainer.seed,
         )
-
-
-def decode_completions(tokenizer: Any, rollout: Rollout) -> tuple[list[str], list[tuple[int, ...]]]:
-    """Completion texts and ids = response tokens before EOS, special tokens spelled out (a stray
-    ``<pad>`` never matches an answer); the ids go to reward functions as ``completion_ids``."""
-    ends = (rollout.response_lengths - (~rollout.truncated).long()).tolist()
-    ids = rollout.response_ids.tolist()
-    rows = [tuple(row[:e]) for row, e in zip(ids, ends, strict=True)]
-    # The G responses to a prompt often repeat: each distinct response is decoded once.
-    distinct = list(dict.fromkeys(rows))
-    text = dict(zip(distinct, tokenizer.batch_decode([list(r) for r in distinct]), strict=True))
-    return [text[row] for row in rows], rows
 
 
 def _rewards(

@@ -23,7 +23,8 @@ objects (equal to the ones above, tensors as views of the batch) are made only i
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,27 +46,12 @@ from trinity_core.experience import (
 )
 from trinity_core.lm.sampling import Rollout
 
-__all__ = ["RolloutExperiences", "rollout_batch", "rollout_experiences"]
+__all__ = ["rollout_batch", "rollout_experiences"]
 
 _TEMPLATE: dict[str, object] = {
     **dict.fromkeys(experience_field_names()),
     "experience_type": "single_turn",
 }
-
-
-class RolloutExperiences(LazyExperiences[ExperienceBatch]):
-    """The lazily made experiences of one :func:`rollout_batch`, all sampled by one policy version."""
-
-    def __init__(
-        self,
-        count: int,
-        make: Callable[[ExperienceBatch], list[Experience]],
-        rewards: Sequence[float | None],
-        model_version: int | None,
-    ) -> None:
-        """As :class:`~trinity_core.batch.LazyExperiences`, plus the sampling policy's version."""
-        super().__init__(count, make, rewards)
-        self.model_version = model_version
 
 
 def _info(model_version: int | None) -> dict[str, object]:
@@ -101,46 +87,61 @@ def rollout_experiences(
     keep = [i for i, r in enumerate(rewards) if r is not None]
     if not keep:
         return []
-    rows = torch.tensor(keep, dtype=torch.int64)
-    prompt_mask = rollout.prompt_mask.cpu()[rows]
-    response_lengths = rollout.response_lengths.cpu()[rows]
-    prompt_lengths = prompt_mask.sum(1)
+    rows = _KeptRows.of(rollout, keep)
+    prompt_lengths, response_lengths = rows.prompt_lengths, rows.response_lengths
     if int(prompt_lengths.min()) <= 0 or int(response_lengths.min()) <= 0:
         return _constructed(rollout, rewards, keep, step, group_size, task_offset)  # raises its error
-    kept_messages = [messages[i] for i in keep] if messages is not None else [None] * len(keep)
-    response_mask = torch.arange(rollout.response_ids.shape[1]) < response_lengths[:, None]
-    ids = torch.cat([rollout.prompt_ids.cpu()[rows], rollout.response_ids.cpu()[rows]], dim=1)
-    flat = ids[torch.cat([prompt_mask, response_mask], dim=1)].to(torch.int32)
+    response_mask = torch.arange(rows.response_ids.shape[1]) < response_lengths[:, None]
+    ids = torch.cat([rows.prompt_ids, rows.response_ids], dim=1)
+    flat = ids[torch.cat([rows.prompt_mask, response_mask], dim=1)].to(torch.int32)
     p_list, r_list = prompt_lengths.tolist(), response_lengths.tolist()
     tokens = torch.split(flat, list(map(int.__add__, p_list, r_list)))
     masks = torch.split(torch.ones(sum(r_list), dtype=torch.bool), r_list)
-    statuses = ["response_truncated" if t else None for t in rollout.truncated.cpu()[rows].tolist()]
+    statuses = ["response_truncated" if t else None for t in rows.truncated.tolist()]
+    eids = _eids(step, [task_offset + i // group_size for i in keep], [i % group_size for i in keep])
+    kept_messages = [messages[i] for i in keep] if messages is not None else [None] * len(keep)
+    fields = zip(keep, eids, tokens, p_list, statuses, masks, kept_messages, strict=True)
+    return [
+        _restored(eid, tok, p, rewards[i], status, model_version, action_mask=mask, messages=conversation)
+        for i, eid, tok, p, status, mask, conversation in fields
+    ]
+
+
+def _restored(
+    eid: EID,
+    tokens: Tensor,
+    prompt_length: int,
+    reward: float | None,
+    status: str | None,
+    model_version: int | None,
+    **fields: Any,
+) -> Experience:
+    """A single-turn experience from its fields, without the constructor's checks (the caller's columns
+    satisfy them)."""
+    return Experience._restore(
+        {
+            **_TEMPLATE,
+            "eid": eid,
+            "tokens": tokens,
+            "prompt_length": prompt_length,
+            "reward": reward,
+            "truncate_status": status,
+            "info": _info(model_version),
+            "metrics": {},
+            "custom_fields": [],
+            **fields,
+        }
+    )
+
+
+def _eids(step: int, tasks: list[int], runs: list[int]) -> list[EID]:
+    """``EID(batch=step, task, run, step=0)`` each, their suffixes 16 hex digits of one ``os.urandom``."""
     width = SUFFIX_HEX_CHARS
-    hexes = os.urandom(len(keep) * width // 2).hex()
-    suffixes = [hexes[k : k + width] for k in range(0, len(hexes), width)]
-    restore, template = Experience._restore, _TEMPLATE
-    out: list[Experience] = []
-    rows_out = zip(keep, tokens, p_list, statuses, masks, suffixes, kept_messages, strict=True)
-    for i, tok, p, status, mask, suffix, conversation in rows_out:
-        eid = EID(step, task_offset + i // group_size, i % group_size, 0, suffix)
-        out.append(
-            restore(
-                {
-                    **template,
-                    "eid": eid,
-                    "tokens": tok,
-                    "prompt_length": p,
-                    "reward": rewards[i],
-                    "truncate_status": status,
-                    "action_mask": mask,
-                    "messages": conversation,
-                    "info": _info(model_version),
-                    "metrics": {},
-                    "custom_fields": [],
-                }
-            )
-        )
-    return out
+    hexes = os.urandom(len(tasks) * width // 2).hex()
+    return [
+        EID(step, task, run, 0, hexes[k * width : (k + 1) * width])
+        for k, (task, run) in enumerate(zip(tasks, runs, strict=True))
+    ]
 
 
 def _constructed(
@@ -188,23 +189,14 @@ def rollout_batch(
     per experience: its ``experiences`` is a :class:`~trinity_core.batch.LazyExperiences` that makes them
     on first access, with every tensor field a view of the batch and the rewards, truncation statuses
     and EIDs (fresh suffixes) of :func:`rollout_experiences`; ``model_version`` is kept on it
-    (:class:`RolloutExperiences`), so a reader learns the policy version without making the experiences.
+    (``LazyExperiences.model_version``), so a reader learns the policy version without making the experiences.
     """
     n = rollout.response_ids.shape[0]
     if len(rewards) != n:
         raise ValueError(f"rollout_batch: {len(rewards)} rewards for a rollout of {n} responses")
     keep = [i for i, r in enumerate(rewards) if r is not None]
-    prompt_mask, response_ids = rollout.prompt_mask.cpu(), rollout.response_ids.cpu()
-    prompt_ids, response_lengths = rollout.prompt_ids.cpu(), rollout.response_lengths.cpu()
-    truncated = rollout.truncated.cpu()
-    if len(keep) < n:
-        rows = torch.tensor(keep, dtype=torch.int64)
-        prompt_mask, prompt_ids, response_ids = prompt_mask[rows], prompt_ids[rows], response_ids[rows]
-        response_lengths, truncated = response_lengths[rows], truncated[rows]
-    prompt_lengths = prompt_mask.sum(1)
-    width = prompt_ids.shape[1]
-    right_aligned = torch.equal(prompt_mask, torch.arange(width) >= (width - prompt_lengths)[:, None])
-    if not keep or not right_aligned or int(prompt_lengths.min()) <= 0 or int(response_lengths.min()) <= 0:
+    rows = _KeptRows.of(rollout, keep)
+    if not keep or not rows.usable():
         # Nothing kept, a prompt not left-padded, or an empty prompt / response (an error the
         # constructor reports): the per-experience path.
         exps = rollout_experiences(
@@ -217,17 +209,10 @@ def rollout_batch(
             messages=messages,
         )
         return ExperienceBatch.from_experiences(exps, pad_token_id=pad_token_id, group_levels=group_levels)
-    P, R = int(prompt_lengths.max()), int(response_lengths.max())
-    response_mask = torch.arange(R) < response_lengths[:, None]
-    input_ids = torch.cat([prompt_ids[:, width - P :], response_ids[:, :R]], dim=1).to(torch.int32)
-    input_ids.masked_fill_(~torch.cat([prompt_mask[:, width - P :], response_mask], dim=1), pad_token_id)
-    p_list, r_list = prompt_lengths.tolist(), response_lengths.tolist()
     kept_rewards = [rewards[i] for i in keep]
-    statuses = ["response_truncated" if t else None for t in truncated.tolist()]
     tasks = [task_offset + i // group_size for i in keep]
     runs = [i % group_size for i in keep]
-    index, keys = _rollout_groups(tasks, runs, step, group_levels)
-
+    statuses = ["response_truncated" if t else None for t in rows.truncated.tolist()]
     kept_messages = [messages[i] for i in keep] if messages is not None else None
 
     def make(batch: ExperienceBatch) -> list[Experience]:
@@ -237,24 +222,86 @@ def rollout_batch(
                 exp.messages = conversation
         return made
 
-    lazy = RolloutExperiences(len(keep), make, kept_rewards, model_version)
-    batch = ExperienceBatch(
-        input_ids=input_ids,
-        prompt_lengths=prompt_lengths,
-        response_lengths=response_lengths.to(torch.int64),
-        max_prompt_length=P,
-        max_response_length=R,
-        pad_token_id=pad_token_id,
-        rewards=torch.tensor(kept_rewards, dtype=torch.float64),
-        has_reward=torch.ones(len(keep), dtype=torch.bool),
-        group_index=index,
-        group_keys=keys,
-        experiences=lazy,
-        action_mask=response_mask,
-        _lengths=[(p, p + r) for p, r in zip(p_list, r_list, strict=True)],
-    )
+    lazy = LazyExperiences(len(keep), make, kept_rewards, model_version)
+    index, keys = _rollout_groups(tasks, runs, step, group_levels)
+    batch = rows.batch(pad_token_id, kept_rewards, index, keys, lazy)
     lazy.attach(batch)
     return batch
+
+
+@dataclass
+class _KeptRows:
+    """The rewarded rows of a rollout on the CPU: prompts (left-padded) and responses."""
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_lengths: Tensor
+    truncated: Tensor
+
+    @classmethod
+    def of(cls, rollout: Rollout, keep: list[int]) -> _KeptRows:
+        """Rows ``keep`` of ``rollout`` (no copy when every row is kept)."""
+        cols = [
+            c.cpu()
+            for c in (
+                rollout.prompt_ids,
+                rollout.prompt_mask,
+                rollout.response_ids,
+                rollout.response_lengths,
+                rollout.truncated,
+            )
+        ]
+        if len(keep) < rollout.response_ids.shape[0]:
+            rows = torch.tensor(keep, dtype=torch.int64)
+            cols = [c[rows] for c in cols]
+        return cls(*cols)
+
+    @property
+    def prompt_lengths(self) -> Tensor:
+        """Prompt tokens per row."""
+        return self.prompt_mask.sum(1)
+
+    def usable(self) -> bool:
+        """Every prompt left-padded (right-aligned), no empty prompt or response: the columns can be cut."""
+        lengths, width = self.prompt_lengths, self.prompt_ids.shape[1]
+        right_aligned = torch.equal(self.prompt_mask, torch.arange(width) >= (width - lengths)[:, None])
+        return right_aligned and int(lengths.min()) > 0 and int(self.response_lengths.min()) > 0
+
+    def batch(
+        self,
+        pad_token_id: int,
+        rewards: list[float | None],
+        index: dict[str, Tensor],
+        keys: dict[str, list[str]],
+        lazy: LazyExperiences[ExperienceBatch],
+    ) -> ExperienceBatch:
+        """The rows as an ``ExperienceBatch``: prompts left-padded to the longest, responses right-padded."""
+        prompt_lengths, width = self.prompt_lengths, self.prompt_ids.shape[1]
+        P, R = int(prompt_lengths.max()), int(self.response_lengths.max())
+        response_mask = torch.arange(R) < self.response_lengths[:, None]
+        input_ids = torch.cat([self.prompt_ids[:, width - P :], self.response_ids[:, :R]], dim=1).to(
+            torch.int32
+        )
+        input_ids.masked_fill_(
+            ~torch.cat([self.prompt_mask[:, width - P :], response_mask], dim=1), pad_token_id
+        )
+        p_list, r_list = prompt_lengths.tolist(), self.response_lengths.tolist()
+        return ExperienceBatch(
+            input_ids=input_ids,
+            prompt_lengths=prompt_lengths,
+            response_lengths=self.response_lengths.to(torch.int64),
+            max_prompt_length=P,
+            max_response_length=R,
+            pad_token_id=pad_token_id,
+            rewards=torch.tensor(rewards, dtype=torch.float64),
+            has_reward=torch.ones(len(rewards), dtype=torch.bool),
+            group_index=index,
+            group_keys=keys,
+            experiences=lazy,
+            action_mask=response_mask,
+            _lengths=[(p, p + r) for p, r in zip(p_list, r_list, strict=True)],
+        )
 
 
 def _rollout_groups(
@@ -292,27 +339,12 @@ def _materialize(
 ) -> list[Experience]:
     """The experiences of a :func:`rollout_batch`: tokens and response fields as views of the batch."""
     P = batch.max_prompt_length
-    width = SUFFIX_HEX_CHARS
-    hexes = os.urandom(len(tasks) * width // 2).hex()
-    restore, template = Experience._restore, _TEMPLATE
-    out: list[Experience] = []
+    eids = _eids(step, tasks, runs)
     rows = batch.input_ids.unbind(0)
-    for k, (p, total) in enumerate(batch._lengths):
-        out.append(
-            restore(
-                {
-                    **template,
-                    "eid": EID(step, tasks[k], runs[k], 0, hexes[k * width : (k + 1) * width]),
-                    "tokens": rows[k][P - p : P - p + total],
-                    "prompt_length": p,
-                    "reward": rewards[k],
-                    "truncate_status": statuses[k],
-                    "info": _info(model_version),
-                    "metrics": {},
-                    "custom_fields": [],
-                }
-            )
-        )
+    out = [
+        _restored(eids[k], rows[k][P - p : P - p + total], p, rewards[k], statuses[k], model_version)
+        for k, (p, total) in enumerate(batch._lengths)
+    ]
     for name in BATCH_RESPONSE_FIELDS:
         if getattr(batch, name) is not None:
             batch.write_back(name, out)

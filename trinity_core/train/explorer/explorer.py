@@ -14,35 +14,32 @@ Step ``s`` on every rank, in two halves::
 ``policy`` is the learner's model in lock step, else the explorer's own copy, which the synchronizer
 updates (:meth:`Explorer.load_weights`); ``v`` is the version of those weights.
 
-When no hook implements the pluggy stage, there is no add strategy, and the advantage function runs in
-the learner or has an exact columnar path, the experiences of a step are one columnar batch from the
-rollout to the update, and the ``Experience`` objects are made only if something reads them
-(:mod:`trinity_core.train.explorer.columnar`); the result is the same.
+Rollouts and workflows take one path from experiences to the buffer
+(:class:`~trinity_core.train.explorer.pipeline.ExperiencePipeline`); a rollout's experiences are one
+columnar batch whose ``Experience`` objects are made only if a stage reads them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from trinity_core.batch import ExperienceBatch
 from trinity_core.buffer import BufferWriter
-from trinity_core.components import GroupAdvantage, Metrics
 from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
-from trinity_core.hooks import run_experience_pipeline
-from trinity_core.lm.sampling import Rollout, generate
+from trinity_core.lm.sampling import Rollout, decode_completions, generate
 from trinity_core.train.data.prompts import PromptRenderer
 from trinity_core.train.data.rewards import combine_rewards, prompt_conversations
 from trinity_core.train.explorer.behaviour import attach_behaviour_logprobs, wants_behaviour_logprobs
-from trinity_core.train.explorer.columnar import columnar_levels, pipeline_advantage_on_batch
-from trinity_core.train.explorer.evaluation import EvalSettings, decode_completions, evaluate_policy
-from trinity_core.train.explorer.experiences import rollout_batch, rollout_experiences
+from trinity_core.train.explorer.evaluation import EvalSettings, evaluate_policy
+from trinity_core.train.explorer.experiences import rollout_batch
+from trinity_core.train.explorer.pipeline import ExperiencePipeline
 from trinity_core.train.explorer.workflow_step import (
     build_workflow,
     explore_episodes,
@@ -120,6 +117,7 @@ class Explorer:
         self.prompter = prompter or PromptRenderer(tokenizer, templated=False)
         # rollout.workflow: None for single_turn (the whole-step rollout below), else its episode runner.
         self.workflow = build_workflow(config, policy, tokenizer, self.max_new_tokens)
+        self.pipeline = ExperiencePipeline(components, pm, writer, event_loop)
 
     def step(self, step: int) -> dict[str, Tensor]:
         """Make and write the experiences of step ``step`` (0-based); return the explorer's metrics."""
@@ -128,140 +126,110 @@ class Explorer:
     # ------------------------------------------------------------------ the rollout
 
     def rollout(self, step: int) -> Explored:
-        """Sample the step's tasks, generate ``G`` responses per prompt and reward them."""
+        """Sample the step's tasks, generate ``G`` responses per prompt (or play the workflow's episodes)
+        and reward them."""
         start = time.perf_counter()
-        G, rcfg = self.group_size, self.config.rollout
-
-        # 1. Rollout: G responses for each prompt of this rank.
         rows = self.task.sample(self.prompts_per_rank, self.task_gen)
-        if self.workflow is not None:  # a per-task workflow: episodes, model calls batched per turn
-            with self.profiler.section("generation"):
-                outcome = explore_episodes(
-                    self.workflow,
-                    rows,
-                    step=step,
-                    task_offset=self.rank * self.prompts_per_rank,
-                    repeat_times=G,
-                    reward_fn=row_rewards(tuple(self.task.fields), self.rewards, self.task.conversational),
-                    model_version=self.version,
-                )
-            exps = outcome.experiences
-            seconds = time.perf_counter() - start
-            rewards = [e.reward for e in exps]
-            return Explored(
-                step,
-                None,
-                rewards,
-                self.version,
-                seconds,
-                experiences=exps,
-                metrics=outcome_metrics(outcome, start),
-            )
-        prompts = [r["prompt"] for r in rows]
         with self.profiler.section("generation"):
+            if self.workflow is not None:
+                return self._episodes(rows, step, start)
             rollout = generate(
                 self.policy,
                 self.tokenizer,
                 self.prompter.texts(rows),
-                repeat=G,
+                repeat=self.group_size,
                 max_new_tokens=self.max_new_tokens,
-                temperature=rcfg.temperature,
-                top_p=rcfg.top_p,
-                top_k=rcfg.top_k,
+                temperature=self.config.rollout.temperature,
+                top_p=self.config.rollout.top_p,
+                top_k=self.config.rollout.top_k,
                 logprobs=self.behaviour_logprobs,  # the log-probs that travel with the experiences
             )
+        rewards, completions = self._rewards(rows, rollout)
+        messages = self.prompter.messages(rows, completions, self.group_size)
+        return Explored(step, rollout, rewards, self.version, time.perf_counter() - start, messages=messages)
 
-        # 2. Rewards: reward functions on decoded completions (rows repeated G times, prompt-major).
-        completions, completion_ids = self.decode(rollout)
+    def _episodes(self, rows: list[dict[str, Any]], step: int, start: float) -> Explored:
+        """A per-task workflow's step: its episodes (model calls batched per turn), rewarded."""
+        assert self.workflow is not None
+        outcome = explore_episodes(
+            self.workflow,
+            rows,
+            step=step,
+            task_offset=self.rank * self.prompts_per_rank,
+            repeat_times=self.group_size,
+            reward_fn=row_rewards(tuple(self.task.fields), self.rewards, self.task.conversational),
+            model_version=self.version,
+        )
+        exps = outcome.experiences
+        return Explored(
+            step,
+            None,
+            [e.reward for e in exps],
+            self.version,
+            time.perf_counter() - start,
+            experiences=exps,
+            metrics=outcome_metrics(outcome, start),
+        )
+
+    def _rewards(self, rows: list[dict[str, Any]], rollout: Rollout) -> tuple[list[float | None], list[str]]:
+        """The reward functions on the decoded completions (rows repeated ``G`` times, prompt-major);
+        returns the rewards and the completion texts."""
+        G = self.group_size
+        completions, completion_ids = decode_completions(self.tokenizer, rollout)
         fields = {k: [r[k] for r in rows for _ in range(G)] for k in self.task.fields if k != "prompt"}
         fields["truncated"] = rollout.truncated.tolist()
         rewards = combine_rewards(
             self.reward_fns,
             self.reward_weights,
             self.reward_names,
-            [p for p in prompts for _ in range(G)],
+            [r["prompt"] for r in rows for _ in range(G)],
             completions,
             fields,
             completion_ids=completion_ids,
             conversations=prompt_conversations(self.task, rows, G),
         )
-        messages = self.prompter.messages(rows, completions, G)
-        return Explored(step, rollout, rewards, self.version, time.perf_counter() - start, messages=messages)
+        return rewards, completions
 
     # ------------------------------------------------------------------ experiences into the buffer
 
     def write(self, explored: Explored) -> dict[str, Tensor]:
-        """Turn a rollout into experiences, run the hook stage and the advantage, write the buffer."""
-        comps, step, G = self.components, explored.step, self.group_size
-        rollout, rewards, version = explored.rollout, explored.rewards, explored.model_version
-
-        # 3. Experiences with EIDs (batch = step, task = global prompt index, run = response index)
-        #    and the sampling policy's version, the pluggy stage, then the preset's add strategy or
-        #    pipeline advantage fn into the buffer. When every stage reads columns, the experiences
-        #    travel as one columnar batch and are never made one by one.
-        base = self.rank * self.prompts_per_rank
-        adv_metrics: Metrics = {}
-        columnar = columnar_levels(comps, self.pm)
-        if columnar is not None and rollout is not None:
-            built = rollout_batch(
-                rollout,
-                rewards,
-                step=step,
-                group_size=G,
-                task_offset=base,
-                pad_token_id=self.tokenizer.pad_token_id,
-                group_levels=columnar,
-                model_version=version,
-                messages=explored.messages,
-            )
-            attach_behaviour_logprobs(built, rollout, rewards)
-            if comps.advantage_in_trainer:
-                written: ExperienceBatch | list[Experience] = built
-            else:
-                written, adv_metrics = pipeline_advantage_on_batch(
-                    cast(GroupAdvantage, comps.advantage), built
-                )
-            if isinstance(written, ExperienceBatch):
-                self.event_loop.run_until_complete(self.writer.write_batch(written))
-            else:
-                self.event_loop.run_until_complete(self.writer.write(written))
-        else:
-            exps = explored.experiences
-            if rollout is not None:
-                exps = rollout_experiences(
-                    rollout,
-                    rewards,
-                    step=step,
-                    group_size=G,
-                    task_offset=base,
-                    model_version=version,
-                    messages=explored.messages,
-                )
-                attach_behaviour_logprobs(exps, rollout, rewards)
-            assert exps is not None
-            exps = run_experience_pipeline(self.pm, exps, step)
-            if comps.add_strategy is not None:
-                _, adv_metrics = self.event_loop.run_until_complete(comps.add_strategy.add(exps, step))
-            elif comps.advantage is not None and not comps.advantage_in_trainer:
-                exps, adv_metrics = comps.advantage(exps)
-                self.event_loop.run_until_complete(self.writer.write(exps))
-            else:
-                self.event_loop.run_until_complete(self.writer.write(exps))
-
-        # 4. The explorer's metrics (the learner reports those of the rows it trains on).
+        """The step's experiences through the pipeline into the buffer; return the explorer's metrics."""
+        adv_metrics = self.pipeline(self.experiences(explored), explored.step)
         metrics = {
             f"advantage/{k}": torch.as_tensor(v)
             for k, v in adv_metrics.items()
             if isinstance(v, Tensor | float | int)
         }
         metrics.update(explored.metrics)
-        if rollout is not None:
-            metrics["response/truncated"] = rollout.truncated.double().mean()
-        scored = [r for r in rewards if r is not None]
+        if explored.rollout is not None:
+            metrics["response/truncated"] = explored.rollout.truncated.double().mean()
+        scored = [r for r in explored.rewards if r is not None]
         metrics["explorer/reward_mean"] = torch.tensor(
             sum(scored) / len(scored) if scored else float("nan"), dtype=torch.float64
         )
         return metrics
+
+    def experiences(self, explored: Explored) -> Sequence[Experience]:
+        """The step's experiences: a workflow's as it made them; a rollout's with EIDs (batch = step,
+        task = global prompt index, run = response index), the sampling policy's version and the
+        behaviour log-probs, as one columnar batch whose experiences are made only when read."""
+        rollout = explored.rollout
+        if rollout is None:
+            assert explored.experiences is not None
+            return explored.experiences
+        batch = rollout_batch(
+            rollout,
+            explored.rewards,
+            step=explored.step,
+            group_size=self.group_size,
+            task_offset=self.rank * self.prompts_per_rank,
+            pad_token_id=self.tokenizer.pad_token_id,
+            group_levels=self.pipeline.group_levels,
+            model_version=explored.model_version,
+            messages=explored.messages,
+        )
+        attach_behaviour_logprobs(batch, rollout, explored.rewards)
+        return batch.experiences
 
     # ------------------------------------------------------------------ weights, decoding, evaluation
 
@@ -269,10 +237,6 @@ class Explorer:
         """Sample from now on with ``state``, the learner's weights of version ``version``."""
         self.policy.load_state_dict(state)
         self.version = version
-
-    def decode(self, rollout: Rollout) -> tuple[list[str], list[tuple[int, ...]]]:
-        """Completion texts and ids (:func:`~trinity_core.train.explorer.evaluation.decode_completions`)."""
-        return decode_completions(self.tokenizer, rollout)
 
     def evaluate(self, policy: Any, n: int) -> float | None:
         """Greedy accuracy (mean combined reward) of ``policy`` on ``n`` held-out rows of the task."""

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from trinity_core.config import ResolvedConfig
 from trinity_core.ops import global_normalizers, masked_var
-from trinity_core.train.learner.update import make_optimizer, micro_batches, row_ranges
+from trinity_core.train.learner.micro_batches import micro_batches, row_ranges
+from trinity_core.train.learner.optimizer import make_optimizer
 from trinity_core.train.report.profile import StepProfiler
 
 __all__ = ["Critic", "build_critic", "critic_model", "explained_variance", "response_values"]
@@ -74,8 +75,8 @@ def response_values(
 ) -> Tensor:
     """Values ``(B, R)`` float32 of the states before each response token ``input_ids[:, P:]``.
 
-    Aligned as :func:`~trinity_core.train.learner.update.response_logprobs`: the value of response token ``t``
-    is the output at position ``P - 1 + t`` (verl's ``values[:, -R - 1 : -1]``).
+    Aligned as :func:`~trinity_core.train.learner.logprobs.response_logprobs`: the value of response
+    token ``t`` is the output at position ``P - 1 + t`` (verl's ``values[:, -R - 1 : -1]``).
     """
     if attention_mask is None:
         out = model(input_ids=input_ids)

@@ -18,73 +18,23 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from trinity_core.batch import BATCH_RESPONSE_FIELDS, ExperienceBatch
-from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
+from trinity_core.train.data.pairs import read_expert_items
 
 __all__ = [
     "ExpertData",
     "expert_ratio",
     "load_expert_data",
-    "pair_experiences",
-    "policy_loss_scale",
 ]
 
 _KEY = "data.expert_path"
-
-
-def pair_experiences(tokenizer: Any, prompts: Sequence[str], responses: Sequence[str]) -> list[Experience]:
-    """One experience per pair: ``<bos>`` (when the tokenizer has one) + prompt, then response + ``<eos>``."""
-    enc = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-    dec = tokenizer(list(responses), add_special_tokens=False)["input_ids"]
-    bos = [] if tokenizer.bos_token_id is None else [tokenizer.bos_token_id]
-    eos = tokenizer.eos_token_id
-    return [
-        Experience(tokens=[*bos, *p, *r, eos], prompt_length=len(bos) + len(p))
-        for p, r in zip(enc, dec, strict=True)
-    ]
-
-
-def _read(path: str, tokenizer: Any) -> list[Experience]:
-    """The expert items of ``path``: stored experiences (a directory) or prompt/response pairs (a file)."""
-    where = Path(path)
-    if where.is_dir():
-        from trinity_core.train.data.stored import read_experiences
-
-        try:
-            exps = read_experiences(where)
-        except ConfigError as err:
-            raise ConfigError([dataclasses.replace(p, path=_KEY) for p in err.problems]) from None
-        if any(e.experience_type == "dpo" for e in exps):
-            raise ConfigError(
-                [ConfigProblem(_KEY, f"{path} holds DPO pairs; expert data is one response each")]
-            )
-        return exps
-    from trinity_core.train.data.dataset_io import TaskDataError, load_split
-
-    try:
-        rows = load_split(path, "train", key=_KEY)
-    except TaskDataError as err:
-        raise ConfigError([ConfigProblem(_KEY, str(err))]) from None
-    missing = [c for c in ("prompt", "response") if c not in rows.column_names]
-    if missing or len(rows) == 0:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    _KEY,
-                    f"{path} has {len(rows)} rows and columns {rows.column_names}; expert data needs rows "
-                    "with 'prompt' and 'response' text",
-                    hint="or give a directory of stored experiences",
-                )
-            ]
-        )
-    return pair_experiences(tokenizer, rows["prompt"], rows["response"])
 
 
 def expert_ratio(config: ResolvedConfig) -> float:
@@ -210,20 +160,9 @@ def load_expert_data(config: ResolvedConfig, tokenizer: Any, rank: int) -> Exper
     if not path or config.mode != "both":
         return None
     return ExpertData(
-        _read(path, tokenizer),
+        read_expert_items(path, tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         ratio=expert_ratio(config),
         seed=config.trainer.seed,
         rank=rank,
     )
-
-
-def policy_loss_scale(loss_fn: Any, columns: dict[str, Tensor], micro: Sequence[Any], default: Any) -> Any:
-    """The ``loss_scale`` of the policy loss: ``default`` (the step's :class:`LossScale`), unless the
-    loss's class builds its own from the micro-batches' columns (``conformance_loss_scale``, e.g. the
-    MIX losses' separate rollout / expert counts)."""
-    hook = getattr(type(loss_fn), "conformance_loss_scale", None)
-    if not callable(hook):
-        return default
-    parts = [{k: v[m] for k, v in columns.items()} for m in micro]
-    return hook(parts, max_tokens=default.max_tokens, all_reduce=True)

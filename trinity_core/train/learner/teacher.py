@@ -6,11 +6,11 @@ frozen and scores the sampled responses in the learner's no-grad pass, filling t
 when no other pass made it).
 
 For the embedded default (the tiny policy on ``last_digit``) a teacher is one short SFT run away:
-:func:`write_answer_experiences` stores the task's prompts with their answers as experiences, a
-``mode: train`` run of the ``sft`` preset learns them, and its ``model/`` folder is the teacher
-(docs/training.md, "Teacher")::
+:func:`~trinity_core.train.data.pairs.write_answer_experiences` stores the task's prompts with their
+answers as experiences, a ``mode: train`` run of the ``sft`` preset learns them, and its ``model/``
+folder is the teacher (docs/training.md, "Teacher")::
 
-    python -m trinity_core.train.learner.teacher teacher-data --rows 2048
+    python -m trinity_core.train.data.pairs teacher-data --rows 2048
     trinity train --set mode=train --set algorithm.algorithm_type=sft \\
         --set data.experiences=teacher-data --run-dir runs/teacher
     trinity train --set algorithm.algorithm_type=on_policy_distill --set model.teacher_path=runs/teacher/model
@@ -18,21 +18,17 @@ For the embedded default (the tiny policy on ``last_digit``) a teacher is one sh
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import contextlib
 import io
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, resolve_config
-from trinity_core.train.learner.update import response_logprobs
+from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.train.learner.logprobs import response_logprobs
 
-__all__ = ["load_teacher", "main", "score_with_teacher", "write_answer_experiences"]
+__all__ = ["load_teacher", "score_with_teacher"]
 
 _KEY = "model.teacher_path"
 
@@ -106,62 +102,3 @@ def score_with_teacher(
                 batch.extras["old_logprobs"] = response_logprobs(
                     policy, ids, attn, P, False, share_prompts=share_prompts
                 )[0]
-
-
-def write_answer_experiences(
-    directory: str | Path, rows: int, config: Mapping[str, Any] | None = None, *, seed: int = 0
-) -> Path:
-    """Store ``rows`` prompts of the run's task with their answers as experiences (a disk buffer).
-
-    ``config`` is the run configuration whose task and tokenizer are used (default: the embedded
-    default's). A ``mode: train`` run of the ``sft`` preset on ``directory`` trains a teacher.
-
-    Raises:
-        ConfigError: the task has no ``answer`` field.
-    """
-    from trinity_core.buffer import make_buffer
-    from trinity_core.train.build import build_task
-    from trinity_core.train.learner.expert import pair_experiences
-    from trinity_core.train.models.policy import build_char_tokenizer
-
-    # Resolved as the SFT run that will read the directory: only its task and tokenizer matter here, and
-    # this needs no plugin beyond the sft one that trains the teacher.
-    sft_run = {
-        "mode": "train",
-        "algorithm": {"algorithm_type": "sft"},
-        "data": {"experiences": str(directory)},
-    }
-    resolved = resolve_config({**dict(config or {}), **sft_run})
-    task = build_task(resolved)
-    if "answer" not in task.fields:
-        problem = ConfigProblem("tasks", f"task fields {list(task.fields)} have no 'answer' to learn")
-        raise ConfigError([problem])
-    tok_path = resolved.model.tokenizer_path or resolved.model.model_path
-    if tok_path is None:
-        tokenizer = build_char_tokenizer(task.alphabet())
-    else:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(tok_path)
-    sample = task.sample(rows, torch.Generator().manual_seed(seed))
-    exps = pair_experiences(tokenizer, [r["prompt"] for r in sample], [r["answer"] for r in sample])
-    writer = make_buffer("disk", str(directory)).writer
-    asyncio.run(writer.write(exps))
-    return Path(directory)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trinity_core.train.learner.teacher DIR``: store task answers for a teacher's SFT run."""
-    parser = argparse.ArgumentParser(
-        prog="python -m trinity_core.train.learner.teacher", description=main.__doc__
-    )
-    parser.add_argument("directory", help="where the disk buffer of experiences is written")
-    parser.add_argument("--rows", type=int, default=2048, help="task prompts to store (default 2048)")
-    parser.add_argument("--seed", type=int, default=0, help="task sampling seed")
-    ns = parser.parse_args(argv)
-    print(write_answer_experiences(ns.directory, ns.rows, seed=ns.seed))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,162 +1,166 @@
-"""The pieces of the learner's update: log-probs of responses, the optimizer and its schedule, row ranges.
+"""The policy update: ``trainer.epochs`` × ``trainer.minibatches`` optimizer steps, each over micro-batches.
 
-Plain functions the :class:`~trinity_core.train.learner.learner.Learner` composes; nothing here holds state.
+The loss convention (:mod:`trinity_core.ops.loss_scale`): every micro-batch's loss is normalised by the
+token / sequence counts of the whole optimizer step across micro-batches *and* ranks, the micro-batch
+losses are summed (gradient accumulation) and DDP averages the gradients, so the update equals the
+single-process, single-micro-batch update. Each micro-batch is trimmed to the tokens it needs
+(:mod:`~trinity_core.train.learner.trim`) before its forward pass.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from itertools import accumulate, pairwise
+import contextlib
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from trinity_core.components.micro_batch_loss import builds_loss_scale, micro_batch_loss, own_loss_scale
 from trinity_core.config import TrainerConfig
-from trinity_core.lm.forward_call import forward_parameters, model_under_wrappers
-from trinity_core.lm.shared_prompt import shared_prompt_logits
+from trinity_core.ops import LossScale, global_normalizers
+from trinity_core.train.learner.logprobs import response_logprobs
+from trinity_core.train.learner.micro_batches import micro_batches, row_ranges, row_tokens
+from trinity_core.train.learner.trim import trim_micro_batch
+from trinity_core.train.report.profile import StepProfiler
 
-__all__ = [
-    "lr_scheduler",
-    "make_optimizer",
-    "micro_batches",
-    "response_logprobs",
-    "row_ranges",
-    "row_tokens",
-]
+__all__ = ["PolicyUpdate"]
 
 
-def response_logprobs(
-    model: Any,
-    input_ids: Tensor,
-    attention_mask: Tensor | None,
-    prompt_width: int,
-    with_entropy: bool,
-    entropy_grad: bool = True,
-    share_prompts: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """Log-probs ``(B, R)`` of the response tokens ``input_ids[:, P:]`` (and per-token entropy).
+class PolicyUpdate:
+    """Updates the policy on a step's rows and columns.
 
-    Position ids follow the attention mask, as in ``generate`` with left-padded prompts. Pass
-    ``attention_mask=None`` when no prompt is padded: right padding after the responses cannot affect
-    earlier positions under causal attention, and without a mask the model takes its faster plain causal path.
-
-    Only the ``R`` positions that predict response tokens go through the LM head (``logits_to_keep``), and
-    ``log p(y) = z_y - logsumexp(z)`` reads the logits without a second ``(B, R, V)`` log-softmax tensor
-    (autograd keeps no copy of the vocabulary for the gather either); the entropy
-    ``logsumexp(z) - sum softmax(z) z`` needs one soft-max only when asked for, and is computed without
-    autograd when ``entropy_grad`` is False (an entropy coefficient of 0: the entropy is only a metric, and
-    its zero gradient would cost a backward pass through a ``(B, R, V)`` soft-max).
-
-    With ``share_prompts``, rows that repeat a prompt run it once
-    (:func:`~trinity_core.lm.shared_prompt.shared_prompt_logits`) where the model allows.
+    Args:
+        trainer: the ``trainer`` section (epochs, minibatches, micro-batching, clipping, prompts shared).
+        loss_agg_mode: ``algorithm.loss_agg_mode``.
+        accelerator: the run's ``Accelerator``.
+        model, optimizer, scheduler: as ``accelerator.prepare`` returned them.
+        components: the run's components (policy loss, KL loss, entropy loss).
+        profiler: times the forward-backward and optimizer sections.
+        train_mode: switch the policy to training mode for the update (activation checkpointing, LoRA
+            dropout act in training mode only).
     """
-    logits = shared_prompt_logits(model, input_ids, attention_mask, prompt_width) if share_prompts else None
-    if logits is None:
-        width = input_ids.shape[1] - prompt_width + 1
-        kwargs: dict[str, Any] = {"logits_to_keep": width} if _keeps_logits(model) else {}
-        if attention_mask is not None:
-            kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
-            kwargs["attention_mask"] = attention_mask.long()
-        logits = model(input_ids=input_ids, **kwargs).logits[:, -width:-1]
-    logits = logits.float()
-    lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, input_ids[:, prompt_width:, None].long()).squeeze(-1) - lse
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
-            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-    return logp, entropy
 
+    def __init__(
+        self,
+        trainer: TrainerConfig,
+        loss_agg_mode: str | None,
+        accelerator: Any,
+        *,
+        model: Any,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        components: Any,
+        profiler: StepProfiler,
+        train_mode: bool,
+    ) -> None:
+        """Hold the parts; nothing is computed here."""
+        self.trainer, self.loss_agg_mode, self.acc = trainer, loss_agg_mode, accelerator
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.policy = accelerator.unwrap_model(model)
+        self.components, self.profiler, self.train_mode = components, profiler, train_mode
+        self.use_entropy = components.entropy is not None
+        self.entropy_grad = getattr(components.entropy, "entropy_coef", 1.0) != 0.0  # 0: a metric only
 
-def _keeps_logits(model: Any) -> bool:
-    """Whether the model under ``model``'s wrappers accepts ``logits_to_keep`` (a sharded engine holds it
-    as ``module`` and passes keywords on)."""
-    inner = model_under_wrappers(model)
-    return "logits_to_keep" in forward_parameters(getattr(inner, "module", inner))
+    def __call__(
+        self, ids: Tensor, attn: Tensor | None, P: int, columns: dict[str, Tensor], n: int
+    ) -> dict[str, Tensor]:
+        """The optimizer steps on the ``n`` rows, then the scheduler's step.
 
+        Returns the loss terms (means over micro-batches), ``actor/grad_norm`` and ``actor/kl_coef``.
+        """
+        tcfg, prof = self.trainer, self.profiler
+        loss_terms: list[dict[str, Tensor]] = []
+        grad_norms: list[Tensor] = []
+        if self.train_mode:
+            self.policy.train()
+        for _epoch in range(tcfg.epochs):
+            for rows in row_ranges(n, tcfg.minibatches):
+                loss_terms += self.backward_minibatch(ids, attn, P, columns, rows)
+                with prof.section("optimizer"):
+                    if tcfg.grad_clip is not None:
+                        grad_norms.append(self.acc.clip_grad_norm_(self.model.parameters(), tcfg.grad_clip))
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        metrics = {
+            k: torch.stack([t[k].detach().to(torch.float64) for t in loss_terms if k in t]).mean()
+            for k in {k for t in loss_terms for k in t}
+        }
+        if grad_norms:
+            metrics["actor/grad_norm"] = torch.stack(
+                [g.detach().to(torch.float64) for g in grad_norms]
+            ).mean()
+        if self.components.kl_loss is not None:
+            metrics["actor/kl_coef"] = self.components.kl_loss.update_kl_coef()
+        return metrics
 
-def lr_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int) -> Any:
-    """The learning-rate schedule ``kind`` (constant, linear, cosine) from ``transformers.get_scheduler``.
+    def backward_minibatch(
+        self, ids: Tensor, attn: Tensor | None, P: int, columns: dict[str, Tensor], rows: slice | Tensor
+    ) -> list[dict[str, Tensor]]:
+        """Accumulate the gradient of one optimizer step over the rows ``rows`` of the batch.
 
-    The factor on ``trainer.lr`` at 0-based step ``s``, warm-up ``W`` and ``T`` total steps: ``s / W``
-    while ``s < W``, then 1 (constant), ``(T - s) / (T - W)`` (linear) or
-    ``(1 + cos(pi * (s - W) / (T - W))) / 2`` (cosine).
-    """
-    from transformers import get_scheduler
+        ``rows`` is a range of rows (micro-batches are then views, no copies) or an index tensor.
 
-    # transformers' "constant" ignores the warm-up; "constant_with_warmup" with W = 0 is the same constant.
-    name = "constant_with_warmup" if kind == "constant" else kind
-    return get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=total_steps)
+        The rows are cut into micro-batches (``trainer.micro_batch_size``, and at most
+        ``trainer.max_tokens_per_micro_batch`` tokens); every micro-batch loss uses the step's global
+        normalizers (all micro-batches, all ranks), the losses are summed by accumulation and DDP
+        synchronises on the last micro-batch only. Returns each micro-batch's loss terms (0-d tensors).
+        """
+        mask, budget = columns["action_mask"], self.trainer.max_tokens_per_micro_batch
+        tokens = None if budget is None else row_tokens(attn, mask, P)
+        micro = micro_batches(rows, self.trainer.micro_batch_size, tokens=tokens, max_tokens=budget)
+        scale = global_normalizers([mask[m] for m in micro])
+        pg_scale = self._policy_loss_scale(columns, micro, scale)
+        terms_list = []
+        for i, m in enumerate(micro):
+            ctx = contextlib.nullcontext() if i == len(micro) - 1 else self.acc.no_sync(self.model)
+            with self.profiler.section("forward_backward"), ctx:
+                cut = trim_micro_batch(
+                    ids[m], None if attn is None else attn[m], P, {k: v[m] for k, v in columns.items()}
+                )
+                loss, terms = self._loss(
+                    cut.input_ids, cut.attention_mask, cut.prompt_width, cut.columns, scale, pg_scale
+                )
+                self.acc.backward(loss)
+            terms_list.append(terms)
+        return terms_list
 
+    def _policy_loss_scale(self, columns: dict[str, Tensor], micro: list[Any], scale: LossScale) -> Any:
+        """The step's ``scale``, unless the policy loss builds its own (MIX losses count subsets apart)."""
+        loss_class = type(self.components.policy_loss)
+        if not builds_loss_scale(loss_class):
+            return scale
+        parts = [{k: v[m] for k, v in columns.items()} for m in micro]
+        return own_loss_scale(loss_class, parts, max_tokens=scale.max_tokens, all_reduce=True)
 
-def make_optimizer(model: Any, tcfg: TrainerConfig) -> torch.optim.Optimizer:
-    """``trainer.optimizer`` (adamw, adam, sgd) over the trainable parameters of ``model``.
-
-    Adam and AdamW use torch's fused kernel (one pass over all parameters instead of a loop of small
-    ops: about half the optimizer time on CPU) when every parameter is a float tensor on CPU or CUDA.
-    """
-    groups = [p for p in model.parameters() if p.requires_grad]
-    if tcfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
-    cls = torch.optim.AdamW if tcfg.optimizer == "adamw" else torch.optim.Adam
-    fused = bool(groups) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in groups)
-    return cls(groups, lr=tcfg.lr, betas=tcfg.betas, weight_decay=tcfg.weight_decay, fused=fused or None)
-
-
-def row_ranges(n: int, parts: int) -> list[slice]:
-    """``n`` rows cut into ``parts`` contiguous ranges as ``torch.tensor_split`` cuts them (the first
-    ``n % parts`` ranges one row longer); slicing by a range gives views, an index tensor copies."""
-    size, extra = divmod(n, parts)
-    bounds = [0]
-    for i in range(parts):
-        bounds.append(bounds[-1] + size + (i < extra))
-    return [slice(a, b) for a, b in pairwise(bounds)]
-
-
-def row_tokens(attention_mask: Tensor | None, action_mask: Tensor, prompt_width: int) -> Tensor:
-    """Tokens ``(B,)`` each row puts through the model: its prompt and response tokens.
-
-    Without an attention mask (no prompt is padded) a row is the prompt width plus its response up to
-    the last token the loss selects (right padding after it costs nothing that is counted).
-    """
-    if attention_mask is not None:
-        return attention_mask.long().sum(-1)
-    selected = action_mask != 0
-    width = action_mask.shape[-1] - selected.flip(-1).long().argmax(-1)
-    return prompt_width + torch.where(selected.any(-1), width, 0)
-
-
-def micro_batches(
-    rows: slice | Tensor, size: int | None, *, tokens: Tensor | None = None, max_tokens: int | None = None
-) -> list[slice | Tensor]:
-    """``rows`` (a range or an index tensor) cut into consecutive pieces of at most ``size`` rows and,
-    with ``max_tokens``, at most ``max_tokens`` tokens (``tokens[i]``: row ``i``'s count, see
-    :func:`row_tokens`); a row longer than the budget is a piece of its own. None: no such limit.
-
-    The order of the rows is kept, so a range gives ranges (views). The loss does not depend on the cut:
-    every piece is normalised by the counts of the whole step (``global_normalizers``).
-    """
-    if max_tokens is None or tokens is None:
-        return _by_rows(rows, size)
-    picked = tokens[rows].tolist()  # one host transfer per minibatch; the packing is host bookkeeping
-    cum = list(accumulate(picked, initial=0))
-    bounds = [0]
-    while bounds[-1] < len(picked):
-        start = bounds[-1]
-        end = max(bisect_right(cum, cum[start] + max_tokens) - 1, start + 1)  # one packed piece
-        bounds.append(end if size is None else min(end, start + size))
-    if isinstance(rows, slice):
-        return [slice(rows.start + a, rows.start + b) for a, b in pairwise(bounds)]
-    return [rows[a:b] for a, b in pairwise(bounds)]
-
-
-def _by_rows(rows: slice | Tensor, size: int | None) -> list[slice | Tensor]:
-    """``rows`` cut into pieces of at most ``size`` rows (None: one piece)."""
-    if isinstance(rows, slice):
-        if size is None or rows.stop - rows.start <= size:
-            return [rows]
-        return [slice(i, min(i + size, rows.stop)) for i in range(rows.start, rows.stop, size)]
-    if size is None or rows.numel() <= size:
-        return [rows]
-    return [*torch.split(rows, size)]
+    def _loss(
+        self,
+        ids: Tensor,
+        attn: Tensor | None,
+        P: int,
+        cols: dict[str, Tensor],
+        scale: LossScale,
+        pg_scale: Any,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """One micro-batch's loss (:func:`~trinity_core.components.micro_batch_loss.micro_batch_loss`)."""
+        comps = self.components
+        logprob, entropy = response_logprobs(
+            self.model,
+            ids,
+            attn,
+            P,
+            self.use_entropy,
+            self.entropy_grad,
+            share_prompts=self.trainer.share_prompts,
+        )
+        return micro_batch_loss(
+            comps.policy_loss,
+            comps.kl_loss,
+            comps.entropy,
+            loss_agg_mode=self.loss_agg_mode,
+            logprob=logprob,
+            columns=cols,
+            scale=scale,
+            entropy=entropy,
+            pg_scale=pg_scale,
+        )

@@ -83,6 +83,12 @@ class AdapterDisabled:
         """Keep ``model``, the (unwrapped) PEFT policy."""
         self.model = model
 
+    @property
+    def wrapped_module(self) -> Any:
+        """The PEFT model this stand-in calls (what :func:`~trinity_core.lm.forward_call.model_under_wrappers`
+        looks through)."""
+        return self.model
+
     def __call__(self, **inputs: Tensor) -> Any:
         """The base model's output for ``inputs`` (adapters off for this call only)."""
         with self.model.disable_adapter():

@@ -1,7 +1,7 @@
 """The run's ``Accelerator``: device, mixed precision, trackers, and a check that every process joined.
 
 Mixed precision is Accelerate's (``trainer.mixed_precision``): the forward runs under autocast while the
-weights, the optimizer state and the gradients stay float32; :func:`~trinity_core.train.learner.update.
+weights, the optimizer state and the gradients stay float32; :func:`~trinity_core.train.learner.logprobs.
 response_logprobs` casts the logits to float32 before the log-softmax, so log-probs, entropies and every
 loss statistic (ratios, advantages, normalizers) are float32 whatever the autocast dtype.
 """

@@ -103,19 +103,7 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
     channel = WeightChannel(
         config.synchronizer.method, learner.policy, learner.version, runner.run_dir / "sync", ctx
     )
-    spec = ExplorerSpec(
-        config=config,
-        start_step=runner.start_step,
-        total_steps=runner.total_steps,
-        threads=budget.explorer,
-        link=ctx.Queue(maxsize=max(config.synchronizer.sync_offset, 1)),
-        errors=ctx.Queue(),
-        stop=ctx.Event(),
-        ready=ctx.Event(),
-        weights=channel,
-        registrations=_registrations(),
-        gate=StepGate(ctx, sync.offset, runner.start_step) if ordered else None,
-    )
+    spec = _explorer_spec(runner, ctx, channel, budget.explorer, ordered)
     process = ctx.Process(target=explorer_process, args=(spec,), name="trinity-explorer", daemon=True)
     with child_environment(budget.explorer):  # read by OpenMP when the explorer imports torch
         process.start()
@@ -136,8 +124,8 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
             now = time.perf_counter()
             wall, learner_busy, last = now - last, now - t_learn, now
             explorer_busy = (1.0 - shipment.idle_fraction) * wall  # the explorer's own idle share
-            out = runner._finish_metrics(step, metrics, wall, explorer_busy, learner_busy)
-            runner._record(step, out, checkpoint=True)
+            out = runner.recorder.finish(step, metrics, wall, explorer_busy, learner_busy)
+            runner.recorder.record(step, out, checkpoint=True)
 
             # 3. Weights to the explorer (ordered: once it has started the rollouts that keep the old ones).
             if sync.due(learner.version):
@@ -149,6 +137,26 @@ def run_async(runner: Runner, *, ordered: bool = False) -> None:
     finally:
         stop_explorer(spec, process)
         use_threads(restore_threads)
+
+
+def _explorer_spec(
+    runner: Runner, ctx: Any, channel: WeightChannel, threads: int, ordered: bool
+) -> ExplorerSpec:
+    """What the explorer process is started with: the run, its link, events and weights channel."""
+    config = runner.config
+    return ExplorerSpec(
+        config=config,
+        start_step=runner.start_step,
+        total_steps=runner.total_steps,
+        threads=threads,
+        link=ctx.Queue(maxsize=max(config.synchronizer.sync_offset, 1)),
+        errors=ctx.Queue(),
+        stop=ctx.Event(),
+        ready=ctx.Event(),
+        weights=channel,
+        registrations=_registrations(),
+        gate=StepGate(ctx, runner.synchronizer.offset, runner.start_step) if ordered else None,
+    )
 
 
 def explorer_context() -> Any:

@@ -36,8 +36,10 @@ from trinity_core.buffer import make_buffer
 from trinity_core.codec import serialize_many
 from trinity_core.config import ResolvedConfig
 from trinity_core.hooks import get_plugin_manager
-from trinity_core.train.build import build_components, build_rewards, build_task
+from trinity_core.train.build import build_components
 from trinity_core.train.data.prompts import build_prompter
+from trinity_core.train.data.rewards import build_rewards
+from trinity_core.train.data.tasks import build_task
 from trinity_core.train.explorer.explorer import Explorer
 from trinity_core.train.models.dtype import weights_dtype
 from trinity_core.train.models.policy import load_policy, prepare_policy

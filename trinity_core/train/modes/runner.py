@@ -1,4 +1,4 @@
-"""The runner: builds the explorer and the learner of a run and wires them for its ``mode``.
+"""The runner: builds a run's parts (:mod:`~trinity_core.train.modes.parts`) and runs its ``mode``.
 
 * ``both``: explorer step ``s`` -> buffer -> learner step ``s``; the explorer runs
   ``synchronizer.sync_offset`` steps ahead in a thread with its own copy of the weights, refreshed every
@@ -18,33 +18,32 @@ Each step's metrics go to metrics.jsonl, trackers, ``trinity_on_metrics``; check
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import torch
-from torch import Tensor
 
 from trinity_core.buffer import make_buffer
-from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
-from trinity_core.hooks import get_plugin_manager, notify_metrics
-from trinity_core.train.build import build_components, build_reference, build_rewards, build_task
+from trinity_core.config import ResolvedConfig
+from trinity_core.hooks import get_plugin_manager
 from trinity_core.train.checkpoints import commit as ckpt
 from trinity_core.train.checkpoints import state as checkpoint_state
-from trinity_core.train.data.prompts import build_prompter
-from trinity_core.train.data.stored import check_offline_trainer, check_vocabulary, load_stored_experiences
-from trinity_core.train.explorer.explorer import Explored, Explorer
-from trinity_core.train.learner.expert import load_expert_data
-from trinity_core.train.learner.learner import Learner, check_loss_inputs
-from trinity_core.train.learner.update import lr_scheduler, make_optimizer
-from trinity_core.train.models.dtype import weights_dtype
-from trinity_core.train.models.policy import frozen_copy, load_policy, prepare_policy
-from trinity_core.train.modes.async_mode import check_explorer_process, run_async
+from trinity_core.train.explorer.explorer import Explored
+from trinity_core.train.modes.async_mode import run_async
+from trinity_core.train.modes.parts import (
+    PolicyParts,
+    RunData,
+    build_explorer,
+    build_learner,
+    check_run,
+    sampling_policy,
+)
 from trinity_core.train.modes.periodic import RunOutputs
+from trinity_core.train.modes.recorder import StepRecorder
 from trinity_core.train.modes.synchronizer import Synchronizer
 from trinity_core.train.modes.threads import explorer_pool
 from trinity_core.train.report import reporting
@@ -55,7 +54,12 @@ __all__ = ["LaunchError", "Runner", "TrainResult"]
 
 
 class Runner:
-    """One run: built from a resolved config and a run directory; :meth:`train` runs every step."""
+    """One run: built from a resolved config and a run directory; :meth:`train` runs every step.
+
+    Its parts: :attr:`learner`, :attr:`explorer` (this process's; with an explorer process it only
+    writes the buffer and evaluates), :attr:`synchronizer` (weights back to the explorer) and
+    :attr:`recorder` (metrics, checkpoints, progress).
+    """
 
     def __init__(
         self,
@@ -66,134 +70,75 @@ class Runner:
         resume: bool = False,
         profile: bool = False,
     ) -> None:
-        """Build the explorer and the learner; every problem is raised before the first step."""
+        """Build the run's parts; every problem is raised before the first step."""
         self.config, self.run_dir, self.acc = config, run_dir, accelerator
-        tcfg, rcfg = config.trainer, config.rollout
-        world = accelerator.num_processes
         self.rank, self.is_main = accelerator.process_index, accelerator.is_main_process
-        offline = config.mode == "train"
-        check_explorer_process(config, world)
-        if offline:
-            check_offline_trainer(config)
-        elif rcfg.prompts_per_step % world:
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        "rollout.prompts_per_step",
-                        f"{rcfg.prompts_per_step} prompts cannot be split over {world} processes",
-                        hint=f"use a multiple of {world}",
-                    )
-                ]
-            )
-
-        # Task, rewards, buffer, components: cheap, so first (errors before the model loads).
-        self.task = build_task(config)
-        rewards = build_rewards(config, self.task)
-        writer, reader = make_buffer("memory")
-        self.components = build_components(config, writer, offline=offline)
-        self.data = None
-        if offline:
-            self.data = load_stored_experiences(config, world, schema=str(self.components.preset.schema))
-            if self.data.paired and tcfg.micro_batch_size is not None and tcfg.micro_batch_size % 2:
-                raise ConfigError(
-                    [
-                        ConfigProblem(
-                            "trainer.micro_batch_size",
-                            f"{tcfg.micro_batch_size} rows would cut a DPO pair (two rows) in half",
-                            hint="use an even micro_batch_size",
-                        )
-                    ]
-                )
-        self.total_steps = (
-            self.data.total_steps(tcfg.total_steps, config.data.epochs) if self.data else tcfg.total_steps
-        )
+        check_run(config, accelerator.num_processes)
+        run_data = RunData.load(config, accelerator.num_processes)  # cheap: errors before the model loads
+        self.task, self.components, self.data = run_data.task, run_data.components, run_data.stored
+        self.total_steps = run_data.total_steps(config)
         self.pm = get_plugin_manager()
-
         # Seeds: the same model init on every rank, distinct sampling streams per rank.
-        torch.manual_seed(tcfg.seed * 1_000_003 + self.rank)
-        self.task_gen = torch.Generator().manual_seed(tcfg.seed * 7919 + self.rank)
-
-        model, tokenizer = load_policy(
-            config.model.model_path,
-            config.model.tokenizer_path,
-            config.model.config,
-            self.task.alphabet(),
-            seed=tcfg.seed,
-            dtype=weights_dtype(config),  # model.dtype: a LoRA run's frozen base in bf16
-        )
-        prompter = build_prompter(tokenizer, config.model.chat_template, self.task)
-        model = prepare_policy(model, config)  # gradient checkpointing, LoRA
-        if self.data is not None:
-            check_vocabulary(self.data, model)
-        ref = build_reference(config, self.components.policy_loss, model)
-        optimizer = make_optimizer(model, tcfg)
-        scheduler = lr_scheduler(optimizer, tcfg.lr_scheduler, tcfg.warmup_steps, self.total_steps)
-        accelerator.free_memory()  # what save_state writes is this trainer's: drop an earlier one's models
-        model, optimizer = accelerator.prepare(model, optimizer)
-        ref = ref.to(accelerator.device) if ref is not None else None
-        expert = load_expert_data(config, tokenizer, self.rank)  # data.expert_path (mix, mix_chord)
-        check_loss_inputs(config, self.components, ref is not None, self.data, expert)
+        torch.manual_seed(config.trainer.seed * 1_000_003 + self.rank)
+        self.task_gen = torch.Generator().manual_seed(config.trainer.seed * 7919 + self.rank)
+        policy = PolicyParts.load(config, accelerator, run_data, self.total_steps)
         self.profiler = StepProfiler(profile, accelerator.device)
         self.synchronizer = Synchronizer(config.synchronizer)
-        self.history: list[dict[str, float]] = []
-        self.start_step = 0
-
         # Made after the checks, so that a check that fails leaves no loop behind; whoever runs the
         # trainer closes it (an unclosed loop collected at exit prints "Exception ignored in ... __del__").
         self.event_loop = asyncio.new_event_loop()
-        self.learner = Learner(
+        self.learner = build_learner(config, accelerator, run_data, policy, self.profiler, self.event_loop)
+        # A thread ahead of the learner samples with its own copy; an explorer process has its own model.
+        own_copy = not self.synchronizer.shares_weights and self.local_explorer
+        self.explorer = build_explorer(
             config,
             accelerator,
-            model=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            ref=ref,
-            components=self.components,
-            reader=reader,
-            pad_token_id=tokenizer.pad_token_id,
-            data=self.data,
-            profiler=self.profiler,
-            event_loop=self.event_loop,
-            expert=expert,
-        )
-        policy = self.learner.policy
-        # The explorer here samples with the learner's model in lock step, with a copy when it runs in a
-        # thread ahead of it; an explorer process has its own model, and this one only writes the buffer
-        # and evaluates.
-        own_copy = not self.synchronizer.shares_weights and self.local_explorer
-        self.explorer = Explorer(
-            config,
-            rank=self.rank,
-            prompts_per_rank=rcfg.prompts_per_step // world,
-            task=self.task,
-            rewards=rewards,
-            tokenizer=tokenizer,
-            policy=frozen_copy(policy) if own_copy else policy,
-            components=self.components,
-            writer=writer,
+            run_data,
+            policy,
+            sampling_policy(self.learner, own_copy),
             pm=self.pm,
             task_gen=self.task_gen,
             profiler=self.profiler,
             event_loop=self.event_loop,
-            prompter=prompter,
         )
         self.outputs = RunOutputs(self)  # eval_every, export_every and the model at the end
+        self.recorder = StepRecorder(
+            config,
+            run_dir,
+            accelerator,
+            learner=self.learner,
+            outputs=self.outputs,
+            profiler=self.profiler,
+            pm=self.pm,
+            total_steps=self.total_steps,
+        )
+        self.start_step = 0
         checkpoint_state.register(accelerator, self.learner, self.task_gen, self.task)
         if resume:
-            try:
-                self.start_step = checkpoint_state.load_run(
-                    run_dir, accelerator, self.learner, self.task_gen, self.task
-                )
-            except BaseException:
-                self.event_loop.close()
-                raise
-            self.learner.version = self.start_step
-            self.explorer.load_weights(Synchronizer.snapshot(policy), self.start_step)
+            self._resume()
+
+    def _resume(self) -> None:
+        """Load the run's newest intact checkpoint: the learner, RNGs and task stream, then the explorer's
+        weights."""
+        try:
+            self.start_step = checkpoint_state.load_run(
+                self.run_dir, self.acc, self.learner, self.task_gen, self.task
+            )
+        except BaseException:
+            self.event_loop.close()
+            raise
+        self.learner.version = self.start_step
+        self.explorer.load_weights(Synchronizer.snapshot(self.learner.policy), self.start_step)
 
     @property
     def local_explorer(self) -> bool:
         """Whether the explorer runs in this process (mode ``both`` without an explorer process)."""
         return self.config.mode == "both" and not self.config.synchronizer.explorer_process
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        """The metrics of the steps run so far (as logged)."""
+        return self.recorder.history
 
     # ------------------------------------------------------------------ one lock-step step
 
@@ -201,28 +146,13 @@ class Runner:
         """Explore, then learn, step ``step`` (0-based) in lock step; return its metrics (over ranks)."""
         metrics = self.explorer.step(step)
         metrics.update(self.learner.step(step))
-        return self._finish_metrics(step, metrics, wall=math.nan, explorer_busy=0.0, learner_busy=0.0)
+        return self.recorder.finish(step, metrics, wall=math.nan, explorer_busy=0.0, learner_busy=0.0)
 
     # ------------------------------------------------------------------ the modes
 
     def train(self) -> TrainResult:
         """Run the remaining steps of the run's mode, log, checkpoint, evaluate; return the summary."""
-        from tqdm import tqdm
-
-        tcfg = self.config.trainer
-        self._bar = tqdm(
-            total=self.total_steps,
-            initial=self.start_step,
-            unit="step",
-            disable=not (tcfg.progress and self.is_main),
-            mininterval=0.2,
-            dynamic_ncols=True,
-        )
-        self._log: TextIO | None = (
-            (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") if self.is_main else None
-        )
-        self.report = reporting.RunReport(self.config, self.run_dir, self.explorer.tokenizer, self.acc)
-        self.report.begin(self.start_step, self.total_steps)
+        self.report = self.recorder.open(self.start_step, self.explorer.tokenizer)
         t0 = time.perf_counter()
         try:
             modes = {
@@ -232,9 +162,7 @@ class Runner:
             }
             modes.get(self.config.mode, self._run_train)()
         finally:
-            self._bar.close()
-            if self._log is not None:
-                self._log.close()
+            self.recorder.close()
         return self._finish(time.perf_counter() - t0)
 
     def _run_both(self) -> None:
@@ -260,13 +188,13 @@ class Runner:
                 metrics.update(learner.step(step))
                 now = time.perf_counter()
                 learner_busy, wall, last = now - t_learn, now - last, now
-                out = self._finish_metrics(step, metrics, wall, explorer_busy, learner_busy)
+                out = self.recorder.finish(step, metrics, wall, explorer_busy, learner_busy)
 
                 # 3. Record and checkpoint with no rollout in flight (the RNG states are then stable).
-                if self._checkpoint_due(step):
+                if self.recorder.checkpoint_due(step):
                     for future in pending:
                         future.result()
-                self._record(step, out, checkpoint=True)
+                self.recorder.record(step, out, checkpoint=True)
 
                 # 4. Weights to the explorer (queued behind its in-flight rollouts), then its next step.
                 if sync.due(learner.version):
@@ -293,10 +221,10 @@ class Runner:
             self.learner.trim_buffer()
             now = time.perf_counter()
             metrics["reward/mean"] = metrics["explorer/reward_mean"]
-            out = self._finish_metrics(step, metrics, now - last, now - last, 0.0)
+            out = self.recorder.finish(step, metrics, now - last, now - last, 0.0)
             out["explorer/experiences"] = float(len(exps) * self.acc.num_processes)
             last = now
-            self._record(step, out, checkpoint=False)
+            self.recorder.record(step, out, checkpoint=False)
 
     def _run_train(self) -> None:
         """Learner steps only, on stored experiences."""
@@ -304,58 +232,11 @@ class Runner:
         for step in range(self.start_step, self.total_steps):
             metrics = self.learner.offline_step(step)
             now = time.perf_counter()
-            out = self._finish_metrics(step, metrics, math.nan, 0.0, now - last)
+            out = self.recorder.finish(step, metrics, math.nan, 0.0, now - last)
             out["time/step_s"] = now - last
             out["data/epoch"] = (step + 1) / self.data.steps_per_epoch  # type: ignore[union-attr]
             last = now
-            self._record(step, out, checkpoint=True)
-
-    # ------------------------------------------------------------------ metrics, records, checkpoints
-
-    def _finish_metrics(
-        self, step: int, metrics: dict[str, Tensor], wall: float, explorer_busy: float, learner_busy: float
-    ) -> dict[str, float]:
-        """Reduce the step's metrics over ranks; add the learning rate, throughput and idle fractions."""
-        out = self.learner.reduce(metrics)
-        world = self.acc.num_processes
-        experiences = out.pop("learner/experiences", math.nan) * world
-        tokens = out.pop("learner/tokens", math.nan) * world
-        out["lr"] = float(self.learner.scheduler.get_last_lr()[0])
-        if not math.isnan(wall) and self.config.mode != "train":
-            out["time/step_s"] = wall
-            out["explorer/idle_fraction"] = max(0.0, 1.0 - explorer_busy / wall)
-            if self.config.mode in ("both", "async"):
-                out["learner/idle_fraction"] = max(0.0, 1.0 - learner_busy / wall)
-                out["throughput/experiences_per_s"] = experiences / wall
-                out["throughput/tokens_per_s"] = tokens / wall
-        if self.profiler.enabled:
-            self.profiler.totals["step"] += 0.0 if math.isnan(wall) else wall
-            self.profiler.steps += 1
-        out["step"] = float(step + 1)
-        return out
-
-    def _checkpoint_due(self, step: int) -> bool:
-        every = self.config.trainer.checkpoint_every
-        return bool(every and (step + 1) % every == 0) or step + 1 == self.total_steps
-
-    def _record(self, step: int, out: dict[str, float], *, checkpoint: bool) -> None:
-        """Log the step's metrics, checkpoint when due, tell the observers, move the progress bar."""
-        out.update(self.outputs.after_step(step))
-        self.history.append(out)
-        if self._log is not None:
-            self._log.write(json.dumps(out) + "\n")
-            self._log.flush()
-        self.acc.log(out, step=step + 1)
-        if checkpoint and self._checkpoint_due(step):
-            self.save_checkpoint(step + 1)
-        notify_metrics(self.pm, step + 1, out)
-        self._bar.set_postfix_str(self.report.postfix(out), refresh=False)
-        self._bar.update()
-
-    def save_checkpoint(self, step: int) -> None:
-        """Write the checkpoint of ``step`` atomically (every rank writes its RNG state)."""
-        keep = self.config.trainer.keep_checkpoints
-        checkpoint_state.save_run(self.run_dir, step, self.acc, keep)
+            self.recorder.record(step, out, checkpoint=True)
 
     # ------------------------------------------------------------------ the end of the run
 

@@ -5,8 +5,7 @@ The learner's policy *version* is the number of updates it has made. After every
 (and their version) to the explorer; the explorer runs ``synchronizer.sync_offset`` steps ahead of the
 learner, so with offset 1 the rollout of step ``t + 1`` is generated while step ``t`` trains. Every
 experience records the version that sampled it (``info["model_version"]``), and the learner measures
-its *staleness* (its own version minus the experience's) and drops rows older than
-``synchronizer.max_staleness`` versions.
+its *staleness* (:mod:`trinity_core.train.learner.staleness`).
 
 Lock step (interval 1, offset 0) needs no copy: the explorer samples with the learner's own weights.
 In mode ``async`` the explorer is another process and the weights travel through a
@@ -22,14 +21,12 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import torch
 from safetensors.torch import load, save_file
 from torch import Tensor
 
-from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.config import SynchronizerConfig
 
-__all__ = ["InlineExecutor", "Synchronizer", "WeightChannel", "keep_fresh", "row_versions"]
+__all__ = ["InlineExecutor", "Synchronizer", "WeightChannel"]
 
 _T = TypeVar("_T")
 
@@ -59,50 +56,6 @@ class Synchronizer:
     def snapshot(policy: Any) -> dict[str, Tensor]:
         """A copy of ``policy``'s weights that later updates of the learner do not change."""
         return {name: value.detach().clone() for name, value in policy.state_dict().items()}
-
-
-def row_versions(batch: ExperienceBatch, current: int) -> Tensor:
-    """The policy version that sampled each row of ``batch`` (``current`` where none was recorded).
-
-    A batch built from a rollout's columns carries one version for all its rows, read without making
-    its experiences; otherwise each experience's ``info["model_version"]`` is read.
-    """
-    from trinity_core.train.explorer.experiences import RolloutExperiences
-
-    exps = batch.experiences
-    if isinstance(exps, RolloutExperiences) and not exps.materialized:
-        version = current if exps.model_version is None else exps.model_version
-        return torch.full((len(batch),), version, dtype=torch.int64)
-    return torch.tensor([int(e.info.get("model_version", current)) for e in exps], dtype=torch.int64)
-
-
-def keep_fresh(
-    batch: ExperienceBatch, version: int, max_staleness: int | None
-) -> tuple[ExperienceBatch | None, dict[str, Tensor]]:
-    """``batch`` without the rows sampled more than ``max_staleness`` versions before ``version``.
-
-    Returns the kept batch (None when every row is too old) and the metrics ``staleness/mean``,
-    ``staleness/max`` (over the rows read) and ``staleness/dropped`` (rows dropped). With
-    ``max_staleness=None`` every row is kept.
-    """
-    staleness = version - row_versions(batch, version)
-    metrics = {
-        "staleness/mean": staleness.double().mean(),
-        "staleness/max": staleness.max().double(),
-        "staleness/dropped": torch.zeros((), dtype=torch.float64),
-    }
-    if max_staleness is None or int(staleness.max()) <= max_staleness:
-        return batch, metrics
-    keep = (staleness <= max_staleness).nonzero().flatten().tolist()
-    metrics["staleness/dropped"] = torch.tensor(float(len(batch) - len(keep)), dtype=torch.float64)
-    if not keep:
-        return None, metrics
-    kept = ExperienceBatch.from_experiences(
-        [batch.experiences[i] for i in keep],
-        pad_token_id=batch.pad_token_id,
-        group_levels=[level for level in GROUP_LEVELS if level in batch.group_index],
-    )
-    return kept, metrics
 
 
 class InlineExecutor(Executor):
