@@ -41,9 +41,7 @@ MOVED: dict[str, tuple[str, ...]] = {
         "trinity_core.train.learner.expert",
         "trinity_core.train.data.pairs",
     ),
-    "explorer": ("trinity_core.train.explorer.explorer",),
     "forward_call": ("trinity_core.lm.forward_call",),
-    "learner": ("trinity_core.train.learner.learner",),
     "loop": (
         "trinity_core.train.modes.runner",
         "trinity_core.train.learner.optimizer",
@@ -86,7 +84,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "weights": ("trinity_core.train.models.dtype",),
     "workflow_step": ("trinity_core.train.explorer.workflow_step",),
 }
-"""Old module name under ``trinity_core.train`` -> the modules that hold its contents now."""
+"""Old module name under ``trinity_core.train`` -> the modules that hold its contents now. (The old
+``explorer`` and ``learner`` modules are the packages of those names now, which export their names.)"""
 
 RENAMED: dict[str, str] = {"Trainer": "Runner"}
 """Public names of the old modules that have another name now."""

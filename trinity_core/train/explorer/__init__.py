@@ -9,3 +9,9 @@ Imports: :mod:`trinity_core.train.data`, :mod:`trinity_core.train.models`, :mod:
 and the core. Never the learner or the modes: weights reach the explorer only through
 :mod:`trinity_core.train.modes`.
 """
+
+from __future__ import annotations
+
+from trinity_core.train.explorer.explorer import Explored, Explorer
+
+__all__ = ["Explored", "Explorer"]

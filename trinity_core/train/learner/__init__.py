@@ -9,3 +9,9 @@ Imports: :mod:`trinity_core.train.data`, :mod:`trinity_core.train.models`,
 :mod:`trinity_core.train.checkpoints`, :mod:`trinity_core.train.report` and the core. Never the explorer
 (the learner reads only what the buffer holds) nor the modes.
 """
+
+from __future__ import annotations
+
+from trinity_core.train.learner.learner import Learner, check_loss_inputs
+
+__all__ = ["Learner", "check_loss_inputs"]

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from trinity_core.config import ResolvedConfig
 from trinity_core.hooks import notify_metrics
-from trinity_core.train.checkpoints import state as checkpoint_state
+from trinity_core.train import checkpoints
 from trinity_core.train.learner.learner import Learner
 from trinity_core.train.modes.periodic import RunOutputs
 from trinity_core.train.report.profile import StepProfiler
@@ -132,4 +132,4 @@ class StepRecorder:
 
     def save_checkpoint(self, step: int) -> None:
         """Write the checkpoint of ``step`` atomically (every rank writes its RNG state)."""
-        checkpoint_state.save_run(self.run_dir, step, self.acc, self.config.trainer.keep_checkpoints)
+        checkpoints.save_run(self.run_dir, step, self.acc, self.config.trainer.keep_checkpoints)

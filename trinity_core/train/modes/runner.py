@@ -30,8 +30,8 @@ import torch
 from trinity_core.buffer import make_buffer
 from trinity_core.config import ResolvedConfig
 from trinity_core.hooks import get_plugin_manager
-from trinity_core.train.checkpoints import commit as ckpt
-from trinity_core.train.checkpoints import state as checkpoint_state
+from trinity_core.train import checkpoints
+from trinity_core.train.checkpoints.commit import write_json_atomic
 from trinity_core.train.explorer.explorer import Explored
 from trinity_core.train.modes.async_mode import run_async
 from trinity_core.train.modes.parts import (
@@ -113,7 +113,7 @@ class Runner:
             total_steps=self.total_steps,
         )
         self.start_step = 0
-        checkpoint_state.register(accelerator, self.learner, self.task_gen, self.task)
+        checkpoints.register(accelerator, self.learner, self.task_gen, self.task)
         if resume:
             self._resume()
 
@@ -121,7 +121,7 @@ class Runner:
         """Load the run's newest intact checkpoint: the learner, RNGs and task stream, then the explorer's
         weights."""
         try:
-            self.start_step = checkpoint_state.load_run(
+            self.start_step = checkpoints.load_run(
                 self.run_dir, self.acc, self.learner, self.task_gen, self.task
             )
         except BaseException:
@@ -267,7 +267,7 @@ class Runner:
                 "profile": result.profile,
                 "last_steps": result.summary,
             }
-            ckpt.write_json_atomic(self.run_dir / "summary.json", summary)
+            write_json_atomic(self.run_dir / "summary.json", summary)
             # A model that from_pretrained loads, next to the checkpoints (trinity export does the same
             # for any checkpoint).
             self.outputs.export()
@@ -281,5 +281,5 @@ class Runner:
         Empty when no step logged ``key`` (mode ``train`` on experiences without rewards).
         """
         path = self.run_dir / "metrics.jsonl"
-        rows = ckpt.read_metrics(path) if self.is_main and path.exists() else self.history
+        rows = checkpoints.read_metrics(path) if self.is_main and path.exists() else self.history
         return reporting.metric_curve(rows, key, points)
