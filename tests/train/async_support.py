@@ -41,8 +41,21 @@ def stalling_reward(prompts: list[str], completions: list[str], **kwargs: Any) -
 
 
 def register_fault_rewards() -> None:
-    """Make the three rewards available to ``tasks.reward_fns`` in this process."""
+    """Make the four rewards available to ``tasks.reward_fns`` in this process."""
     from trinity_core import registry
 
-    for fn in (failing_reward, killed_reward, stalling_reward):
+    for fn in (failing_reward, killed_reward, stalling_reward, killed_once_reward):
         registry.register("reward_fn", fn.__name__, fn, replace=True)
+
+
+def killed_once_reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
+    """``kill -9`` of its own process at its second call, once in the whole run: the first process to get
+    there creates the file ``KILL_ONCE`` names (a restarted explorer then finds it and carries on)."""
+    if _second_call("killed_once"):
+        try:
+            os.close(os.open(os.environ["KILL_ONCE"], os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return [len(c) / 8 for c in completions]

@@ -164,3 +164,28 @@ class SynchronizerConfig(Section):
             "the explorer for room in the buffer (buffer full) before the run stops with an error."
         ),
     )
+    explorers: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Mode async and explorer_process: explorer processes, each generating a fixed share of every "
+            "step's tasks (rollout.prompts_per_step must divide by it); explorer e runs on machine "
+            "e mod machines. Unset: one per machine of the launch (written into config.yaml)."
+        ),
+    )
+    explorer_devices: list[int] | None = Field(
+        default=None,
+        description=(
+            "GPU runs with explorer processes: the CUDA device index of each explorer of a machine, in "
+            "the order of the explorers placed there; they must not be the learner ranks' devices "
+            "(0 .. processes per machine - 1). Unset: each explorer shares the GPU of a learner rank."
+        ),
+    )
+    explorer_restarts: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Mode async and explorer_process: times an explorer process that dies is started again "
+            "(from the current weights, its unfinished steps issued again) before the run stops."
+        ),
+    )

@@ -74,6 +74,7 @@ RESUME_OVERRIDABLE = (
     "synchronizer.explorer_threads",
     "synchronizer.learner_threads",
     "synchronizer.explorer_process",
+    "synchronizer.explorer_restarts",
 )
 """Keys ``--set`` may change on ``--resume``: none of them changes a step already trained."""
 
@@ -373,8 +374,8 @@ def _start(
                 f"{trainer.total_steps} steps: nothing to do; to train further, add --set "
                 "trainer.total_steps=N with a larger N"
             )
-        if acc.is_main_process:
-            prepare_run_dir(run_path, resolved, resume=resume, overwrite=overwrite, is_main=True)
+        if acc.is_main_process:  # the runner's config: what the launch resolved (synchronizer.explorers)
+            prepare_run_dir(run_path, trainer.config, resume=resume, overwrite=overwrite, is_main=True)
         if resume and saved is not None and acc.is_main_process:
             _dump_yaml(run_path / CONFIG_FILE, saved)
         acc.wait_for_everyone()

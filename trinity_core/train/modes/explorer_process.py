@@ -1,11 +1,15 @@
-"""The explorer process of mode ``async``: rollouts with the latest published weights, into the link.
+"""An explorer process of mode ``async``: rollouts with the latest published weights, into the link.
 
-Spawned by :func:`trinity_core.train.modes.async_mode.run_async`. Each step::
+Started by :class:`trinity_core.train.modes.explorers.ExplorerSet`. Each step::
 
     weights   = WeightChannel.load_newer(...)          # the learner's latest version, if newer
     explored  = Explorer.rollout(step); Explorer.write(explored)   # as in mode both
     shipment  = experiences + explorer metrics   -> link (bounded: at most synchronizer.sync_offset or 1
                                                     steps wait there; a full link waits <= timeout)
+
+Explorer ``e`` of ``M`` draws every step's ``P`` tasks from the run's task stream, the same in every
+explorer, and keeps its share ``[e·P/M, (e+1)·P/M)`` (:class:`TaskShare`); a restarted explorer draws
+and drops the steps before the one it starts at, so it makes the same tasks its predecessor would have.
 
 With a :class:`~trinity_core.train.modes.step_gate.StepGate` (mode ``both`` with
 ``synchronizer.explorer_process``) rollout ``step`` first waits for the learner's step
@@ -20,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import pickle
 import queue
 import signal
 import sys
@@ -43,11 +46,12 @@ from trinity_core.train.data.tasks import build_task
 from trinity_core.train.explorer.explorer import Explorer
 from trinity_core.train.models.dtype import weights_dtype
 from trinity_core.train.models.policy import load_policy, prepare_policy
+from trinity_core.train.modes.shipments import Shipment
 from trinity_core.train.modes.step_gate import StepGate
 from trinity_core.train.modes.synchronizer import WeightChannel
 from trinity_core.train.report.profile import StepProfiler
 
-__all__ = ["POLL_S", "ExplorerSpec", "LearnerGone", "Shipment", "build_explorer", "explorer_process"]
+__all__ = ["POLL_S", "ExplorerSpec", "LearnerGone", "TaskShare", "build_explorer", "explorer_process"]
 
 POLL_S = 0.2
 """Seconds between checks of the other process while a side waits on the link."""
@@ -55,19 +59,6 @@ POLL_S = 0.2
 
 class LearnerGone(RuntimeError):
     """The learner process ended or asked the explorer to stop."""
-
-
-@dataclass
-class Shipment:
-    """One explorer step, as it crosses to the learner process."""
-
-    step: int
-    experiences: bytes
-    """The step's experiences in the columnar wire format (:func:`trinity_core.codec.serialize_many`):
-    one tensor per field for the whole step, where pickling them one by one takes seconds."""
-    metrics: dict[str, float]
-    idle_fraction: float
-    """Share of the explorer's wall time so far spent waiting for room in the link."""
 
 
 @dataclass
@@ -79,7 +70,7 @@ class ExplorerSpec:
     total_steps: int
     threads: int
     link: Any
-    """A bounded queue of pickled :class:`Shipment`."""
+    """A bounded queue of encoded :class:`~trinity_core.train.modes.shipments.Shipment` (bytes)."""
     errors: Any
     """A queue for the explorer's traceback when it fails."""
     stop: Any
@@ -92,6 +83,15 @@ class ExplorerSpec:
     gate: StepGate | None = None
     """Mode ``both``'s explorer process: keeps the explorer exactly ``sync_offset`` steps ahead (None:
     mode ``async``, the explorer runs ahead freely)."""
+    index: int = 0
+    """This explorer's index ``e`` among the run's ``count``; its share of each step's prompts."""
+    count: int = 1
+    slot: int = 0
+    """Its counter in ``gate`` (its position among its machine's explorers)."""
+    first_step: int | None = None
+    """The step it starts at (a restart: the first step the learner has not received); None: start_step."""
+    device: str | None = None
+    """Its torch device; None: CUDA when the run is on a GPU, else the CPU."""
 
 
 def explorer_process(spec: ExplorerSpec) -> None:
@@ -109,12 +109,37 @@ def explorer_process(spec: ExplorerSpec) -> None:
         raise SystemExit(1) from None
 
 
+class TaskShare:
+    """Explorer ``index`` of ``count``'s share of a task: each draw takes the whole step's rows from the
+    generator (the same rows whatever the count) and keeps this explorer's slice; everything else is the
+    task's."""
+
+    def __init__(self, task: Any, index: int, count: int) -> None:
+        """Wrap ``task``."""
+        self.task, self.index, self.count = task, index, count
+
+    def sample(self, n: int, generator: torch.Generator) -> list[dict[str, Any]]:
+        """This explorer's ``n`` of the step's ``n * count`` rows."""
+        rows: list[dict[str, Any]] = self.task.sample(n * self.count, generator)
+        return rows[self.index * n : (self.index + 1) * n]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.task, name)
+
+
 def build_explorer(
-    config: ResolvedConfig, start_step: int, writer: Any, loop: asyncio.AbstractEventLoop
+    config: ResolvedConfig,
+    start_step: int,
+    writer: Any,
+    loop: asyncio.AbstractEventLoop,
+    *,
+    index: int = 0,
+    count: int = 1,
+    device: str | None = None,
 ) -> Explorer:
-    """The explorer process's :class:`Explorer`, writing to ``writer``: its task, rewards and prompts as the
-    learner process has them, and a frozen policy built as the learner's is (dtype, LoRA adapters), so
-    that the learner's weights load into it by name."""
+    """Explorer ``index`` of ``count`` of an explorer process, writing to ``writer``: its task share,
+    rewards and prompts as the learner process has them, and a frozen policy on ``device`` built as the
+    learner's is (dtype, LoRA adapters), so that the learner's weights load into it by name."""
     seed = config.trainer.seed
     task = build_task(config)
     model, tokenizer = load_policy(
@@ -127,13 +152,14 @@ def build_explorer(
     )
     model = prepare_policy(model, config)
     model.requires_grad_(False)
-    cpu = config.trainer.device == "cpu" or not torch.cuda.is_available()
-    model.to(torch.device("cpu" if cpu else "cuda"))
+    if device is None:
+        device = "cpu" if config.trainer.device == "cpu" or not torch.cuda.is_available() else "cuda"
+    model.to(torch.device(device))
     return Explorer(
         config,
-        rank=0,
-        prompts_per_rank=config.rollout.prompts_per_step,
-        task=task,
+        rank=index,
+        prompts_per_rank=config.rollout.prompts_per_step // count,
+        task=TaskShare(task, index, count) if count > 1 else task,
         rewards=build_rewards(config, task),
         tokenizer=tokenizer,
         policy=model,
@@ -152,33 +178,40 @@ def _explore(spec: ExplorerSpec) -> None:
     for kind, name, obj, replace in spec.registrations:
         registry.register(kind, name, obj, replace=replace)
     torch.set_num_threads(spec.threads)
-    # A stream of its own per start step: a resumed run does not replay the first run's tasks.
-    torch.manual_seed(config.trainer.seed * 1_000_003 + 17 * spec.start_step + 1)
+    first = spec.start_step if spec.first_step is None else spec.first_step
+    # A sampling stream of its own per explorer and start step: a resumed run does not replay the first
+    # run's samples, and explorers do not sample alike.
+    torch.manual_seed(config.trainer.seed * 1_000_003 + 17 * first + 1 + 104_729 * spec.index)
     writer, reader = make_buffer("memory")
     loop = asyncio.new_event_loop()
-    explorer = build_explorer(config, spec.start_step, writer, loop)
+    explorer = build_explorer(
+        config, spec.start_step, writer, loop, index=spec.index, count=spec.count, device=spec.device
+    )
+    for _ in range(spec.start_step, first):  # a restart: the tasks of the steps already delivered
+        explorer.task.sample(explorer.prompts_per_rank, explorer.task_gen)
     model = explorer.policy
     explorer.version = spec.weights.load_newer(model, -1)
     spec.ready.set()
     idle, began = 0.0, time.perf_counter()
     try:
-        for step in range(spec.start_step, spec.total_steps):
+        for step in range(first, spec.total_steps):
             _check_learner(spec)
             if spec.gate is not None:
                 idle += _await_learner(spec, spec.gate, step)
             explorer.version = spec.weights.load_newer(model, explorer.version)
             if spec.gate is not None:
-                spec.gate.mark_started(step)
+                spec.gate.mark_started(step, spec.slot)
             metrics = explorer.write(explorer.rollout(step))
             experiences = loop.run_until_complete(reader.read())
             reader.discard_read()  # type: ignore[attr-defined]
             shipment = Shipment(
+                spec.index,
                 step,
                 serialize_many(experiences),
                 {k: float(v) for k, v in metrics.items()},
                 idle / max(time.perf_counter() - began, 1e-9),
             )
-            idle += _put(spec, pickle.dumps(shipment), step)
+            idle += _put(spec, shipment.encode(), step)
         # Wait until the learner has taken the last steps (the link's data must leave this process).
         while True:
             _check_learner(spec)

@@ -1,6 +1,7 @@
 """The parts of a run, built from its config before the first step, in the order errors are cheapest:
 
-1. :func:`check_run`: the launch fits the mode (processes, prompts per rank, mode ``train``'s update);
+1. :func:`check_run`: the launch fits the mode (processes, explorers and their devices, prompts per rank,
+   mode ``train``'s update);
 2. :class:`RunData`: task, reward functions, the algorithm's components, the in-process buffer and, in
    mode ``train``, the stored experiences (every problem here is raised before a model loads);
 3. :class:`PolicyParts`: the policy and tokenizer, prompt rendering, the reference model, the optimizer
@@ -34,15 +35,18 @@ from trinity_core.train.learner.learner import Learner, check_loss_inputs
 from trinity_core.train.learner.optimizer import lr_scheduler, make_optimizer
 from trinity_core.train.models.dtype import weights_dtype
 from trinity_core.train.models.policy import frozen_copy, load_policy, prepare_policy
-from trinity_core.train.modes.async_mode import check_explorer_process
+from trinity_core.train.modes.layout import Layout, check_explorers
 from trinity_core.train.report.profile import StepProfiler
 
 __all__ = ["PolicyParts", "RunData", "build_explorer", "build_learner", "check_run"]
 
 
-def check_run(config: ResolvedConfig, world: int) -> None:
+def check_run(config: ResolvedConfig, layout: Layout, device: torch.device) -> None:
     """Refuse a launch the run's mode cannot use (see the messages), before anything is built."""
-    check_explorer_process(config, world)
+    cpu = device.type != "cuda"
+    cuda_devices = 0 if cpu else torch.cuda.device_count()
+    check_explorers(config, layout, cpu=cpu, cuda_devices=cuda_devices)
+    world = layout.world
     if config.mode == "train":
         check_offline_trainer(config)
     elif config.rollout.prompts_per_step % world:

@@ -6,8 +6,8 @@
   interval 1 is lock step: nothing overlaps and the explorer samples with the learner's weights.
   With ``synchronizer.explorer_process`` that explorer is a process of its own instead of a thread, kept
   exactly ``sync_offset`` steps ahead (:mod:`trinity_core.train.modes.step_gate`).
-* ``async``: the explorer in a process of its own, weights through shared memory or files
-  (:mod:`trinity_core.train.modes.async_mode`).
+* ``async``: the explorers in processes of their own (``synchronizer.explorers``, one per machine by
+  default), weights through shared memory, files or a broadcast (:mod:`trinity_core.train.modes.async_mode`).
 * ``explore``: explorer steps only; their experiences go to a disk buffer (``data.experiences``,
   default ``<run_dir>/experiences``) that a later ``mode: train`` run reads.
 * ``train``: learner steps only, on stored experiences (``data.experiences``).
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections import deque
 from concurrent.futures import Future
@@ -34,6 +35,7 @@ from trinity_core.train import checkpoints
 from trinity_core.train.checkpoints.commit import write_json_atomic
 from trinity_core.train.explorer.explorer import Explored
 from trinity_core.train.modes.async_mode import run_async
+from trinity_core.train.modes.layout import Layout, check_shared_run_dir, launch_layout, uses_explorer_process
 from trinity_core.train.modes.parts import (
     PolicyParts,
     RunData,
@@ -71,9 +73,10 @@ class Runner:
         profile: bool = False,
     ) -> None:
         """Build the run's parts; every problem is raised before the first step."""
-        self.config, self.run_dir, self.acc = config, run_dir, accelerator
         self.rank, self.is_main = accelerator.process_index, accelerator.is_main_process
-        check_run(config, accelerator.num_processes)
+        config, self.layout = _place(config, run_dir, accelerator)
+        self.config, self.run_dir, self.acc = config, run_dir, accelerator
+        self.weight_broadcasts = 0  # taken part in (explorers on several machines, method memory)
         run_data = RunData.load(config, accelerator.num_processes)  # cheap: errors before the model loads
         self.task, self.components, self.data = run_data.task, run_data.components, run_data.stored
         self.total_steps = run_data.total_steps(config)
@@ -283,3 +286,17 @@ class Runner:
         path = self.run_dir / "metrics.jsonl"
         rows = checkpoints.read_metrics(path) if self.is_main and path.exists() else self.history
         return reporting.metric_curve(rows, key, points)
+
+
+def _place(config: ResolvedConfig, run_dir: Path, accelerator: Any) -> tuple[ResolvedConfig, Layout]:
+    """The launch's layout, checked against the mode (and, ``method: checkpoint`` on several machines, the
+    run directory every machine must see); the config with the run's ``synchronizer.explorers``, which
+    config.yaml keeps so that ``--resume`` has the same explorers."""
+    layout = launch_layout(config, accelerator.process_index, accelerator.num_processes, os.environ)
+    check_run(config, layout, accelerator.device)
+    check_shared_run_dir(config, layout, run_dir, accelerator)
+    sync = config.synchronizer
+    if sync.explorers is None and uses_explorer_process(config):
+        sync = sync.model_copy(update={"explorers": layout.explorers})
+        config = config.model_copy(update={"synchronizer": sync})
+    return config, layout

@@ -7,7 +7,8 @@ machinery of mode ``async``), yet samples with the same weight versions as the e
   and published its weights (when due), so it never runs further ahead than ``sync_offset``;
 * the learner publishes the weights of step ``s`` only once the explorer has started rollout
   ``s + sync_offset``, so those weights never reach a rollout the explorer thread would have made with
-  older ones.
+  older ones. With several explorer processes on a machine, each has its own counter and the learner
+  waits for every one of them.
 
 So each rollout's weight version follows from the step numbers alone, whatever the two processes'
 timing; the run is reproducible and its staleness is that of the thread. Both sides wait on one shared
@@ -33,16 +34,17 @@ class StepGate:
             (:func:`~trinity_core.train.modes.async_mode.explorer_context`).
         offset: ``synchronizer.sync_offset`` (at least 1).
         start_step: the run's first step (0, or the step a resumed run continues from).
+        explorers: the explorer processes that wait on this gate (those of one machine).
     """
 
-    def __init__(self, ctx: Any, offset: int, start_step: int) -> None:
-        """Both counters at ``start_step - 1``: nothing learned, no rollout started yet."""
+    def __init__(self, ctx: Any, offset: int, start_step: int, explorers: int = 1) -> None:
+        """Every counter at ``start_step - 1``: nothing learned, no rollout started yet."""
         self.offset = offset
         self.condition = ctx.Condition()
         self.learned = ctx.Value("q", start_step - 1, lock=False)
         """The last learner step finished, its weights published when due."""
-        self.started = ctx.Value("q", start_step - 1, lock=False)
-        """The last rollout the explorer started (its weights loaded)."""
+        self.started = ctx.Array("q", [start_step - 1] * explorers, lock=False)
+        """Per explorer (its slot), the last rollout it started (its weights loaded)."""
 
     # ------------------------------------------------------------------ the explorer's side
 
@@ -50,20 +52,24 @@ class StepGate:
         """Whether rollout ``step`` may start: the learner has finished step ``step - offset - 1``."""
         return int(self.learned.value) >= step - self.offset - 1
 
-    def mark_started(self, step: int) -> None:
-        """The explorer has loaded its weights for rollout ``step`` and starts it."""
-        self._set(self.started, step)
+    def mark_started(self, step: int, slot: int = 0) -> None:
+        """The explorer of ``slot`` has loaded its weights for rollout ``step`` and starts it."""
+        with self.condition:
+            self.started[slot] = step
+            self.condition.notify_all()
 
     # ------------------------------------------------------------------ the learner's side
 
     def learner_may_publish(self, step: int) -> bool:
-        """Whether the weights of learner step ``step`` may be published: the explorer has started rollout
-        ``step + offset`` (every rollout before it keeps the older weights)."""
-        return int(self.started.value) >= step + self.offset
+        """Whether the weights of learner step ``step`` may be published: every explorer has started
+        rollout ``step + offset`` (every rollout before it keeps the older weights)."""
+        return bool(min(self.started[:]) >= step + self.offset)
 
     def mark_learned(self, step: int) -> None:
         """The learner has finished step ``step`` and published its weights (when due)."""
-        self._set(self.learned, step)
+        with self.condition:
+            self.learned.value = step
+            self.condition.notify_all()
 
     # ------------------------------------------------------------------ waiting
 
@@ -94,8 +100,3 @@ class StepGate:
                     )
                 self.condition.wait(poll_s)
         return time.perf_counter() - start
-
-    def _set(self, counter: Any, step: int) -> None:
-        with self.condition:
-            counter.value = step
-            self.condition.notify_all()

@@ -8,8 +8,9 @@ experience records the version that sampled it (``info["model_version"]``), and 
 its *staleness* (:mod:`trinity_core.train.learner.staleness`).
 
 Lock step (interval 1, offset 0) needs no copy: the explorer samples with the learner's own weights.
-In mode ``async`` the explorer is another process and the weights travel through a
-:class:`WeightChannel` (``synchronizer.method``: shared memory or a file in the run directory).
+In mode ``async`` the explorers are other processes and the weights travel through a
+:class:`WeightChannel` (``synchronizer.method``: shared memory or a file in the run directory); to
+other machines' channels by a broadcast (:mod:`trinity_core.train.modes.groups`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch import Tensor
 
 from trinity_core.config import SynchronizerConfig
 
-__all__ = ["InlineExecutor", "Synchronizer", "WeightChannel"]
+__all__ = ["InlineExecutor", "Synchronizer", "WeightChannel", "cpu_copy"]
 
 _T = TypeVar("_T")
 
@@ -72,47 +73,58 @@ class InlineExecutor(Executor):
 
 
 class WeightChannel:
-    """The learner's weights and their version, from the learner process to the explorer process.
+    """The learner's weights and their version, from a learner rank to the explorer processes of its machine.
 
     ``memory``: one shared-memory copy of the weights, overwritten in place under a lock;
-    ``checkpoint``: a safetensors file ``<sync_dir>/policy.safetensors``, replaced atomically. Either
-    way a shared counter holds the version last published, so the explorer reloads only newer weights.
-    Made in the learner process and handed to the explorer process when it is spawned.
+    ``checkpoint``: a safetensors file ``<sync_dir>/policy.safetensors``, replaced atomically (written by
+    rank 0 only: on several machines ``sync_dir`` is on a filesystem they share). Either way a shared
+    counter holds the version last published, so the explorers reload only newer weights. Made in the
+    learner process and handed to the explorer processes when they are started.
 
     Args:
         method: ``synchronizer.method``.
-        policy: the learner's model; its weights of version ``version`` are published at once.
-        sync_dir: where the ``checkpoint`` method writes its file.
-        ctx: the multiprocessing context whose lock and shared value the two processes use
-            (:func:`~trinity_core.train.modes.async_mode.explorer_context`).
+        state: the learner's full weights of version ``version``, published at once (None where this
+            rank writes no file: ``checkpoint`` on another machine than rank 0's).
+        sync_dir: where the ``checkpoint`` method's file is.
+        ctx: the multiprocessing context whose lock and shared value the processes use
+            (:func:`~trinity_core.train.modes.explorers.explorer_context`).
     """
 
     def __init__(
-        self, method: Literal["memory", "checkpoint"], policy: Any, version: int, sync_dir: Path, ctx: Any
+        self,
+        method: Literal["memory", "checkpoint"],
+        state: dict[str, Tensor] | None,
+        version: int,
+        sync_dir: Path,
+        ctx: Any,
     ) -> None:
-        """Publish ``policy``'s weights as version ``version``."""
+        """Publish ``state`` as version ``version``."""
         self.method, self.path = method, sync_dir / "policy.safetensors"
         self.lock = ctx.Lock()
         self.version = ctx.Value("q", -1, lock=False)
         self.shared: dict[str, Tensor] | None = None
         if method == "memory":
-            shared = _cpu_copy(policy)
+            if state is None:
+                raise ValueError("the memory method publishes weights: state is required")
+            shared = cpu_copy(state)
             for value in shared.values():
                 value.share_memory_()  # type: ignore[no-untyped-call]
             self.shared = shared
-        else:
+        elif state is not None:
             sync_dir.mkdir(parents=True, exist_ok=True)
-        self.publish(policy, version)
+        self.publish(state, version)
 
-    def publish(self, policy: Any, version: int) -> None:
-        """Make ``policy``'s weights, of version ``version``, the ones the explorer loads next."""
-        if self.shared is None:
+    def publish(self, state: dict[str, Tensor] | None, version: int) -> None:
+        """Make ``state``, the weights of version ``version``, the ones the explorers load next (None:
+        ``checkpoint`` written by another rank, only the version moves)."""
+        if self.shared is None and state is not None:
             tmp = self.path.with_suffix(".tmp")
-            save_file(_cpu_copy(policy), str(tmp), metadata={"version": str(version)})
+            save_file(cpu_copy(state), str(tmp), metadata={"version": str(version)})
             os.replace(tmp, self.path)  # the explorer reads a whole file, old or new
         with self.lock:
             if self.shared is not None:
-                for name, value in policy.state_dict().items():
+                assert state is not None
+                for name, value in state.items():
                     self.shared[name].copy_(value)
             self.version.value = version
 
@@ -134,6 +146,6 @@ class WeightChannel:
         return int(header["__metadata__"]["version"])
 
 
-def _cpu_copy(policy: Any) -> dict[str, Tensor]:
-    """A CPU copy of ``policy``'s weights (what another process can map or a file can hold)."""
-    return {name: value.detach().to("cpu", copy=True) for name, value in policy.state_dict().items()}
+def cpu_copy(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A CPU copy of the weights ``state`` (what another process can map or a file can hold)."""
+    return {name: value.detach().to("cpu", copy=True) for name, value in state.items()}
