@@ -48,12 +48,15 @@ def register_fault_rewards() -> None:
         registry.register("reward_fn", fn.__name__, fn, replace=True)
 
 
-def killed_once_reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
+def killed_once_reward(
+    prompts: list[str], completions: list[str], *, marker: str, **kwargs: Any
+) -> list[float]:
     """``kill -9`` of its own process at its second call, once in the whole run: the first process to get
-    there creates the file ``KILL_ONCE`` names (a restarted explorer then finds it and carries on)."""
+    there creates the file ``marker`` (``tasks.reward_fn_args``); a restarted explorer finds it and
+    carries on."""
     if _second_call("killed_once"):
         try:
-            os.close(os.open(os.environ["KILL_ONCE"], os.O_CREAT | os.O_EXCL))
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             pass
         else:

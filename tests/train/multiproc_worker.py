@@ -5,7 +5,8 @@
 The test rewards (``length_reward`` and the faulty ones of async_support.py) are registered first, so the
 explorer processes get them. Each rank writes ``OUT/rank<r>.json``: its exit code, the launch layout it
 saw and the weight broadcasts it took part in. With ``PAUSE=after_step:N`` and ``MARKER`` set, rank 0
-creates ``MARKER`` after step N's metrics and checkpoint and carries on (a test kills a process then).
+creates ``MARKER`` after step N's metrics and checkpoint and waits until ``MARKER.go`` exists (a test
+kills a process meanwhile).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +37,20 @@ def _keep_runner() -> None:
     Runner.train = train  # type: ignore[method-assign]
 
 
-def _mark_after(step: int, marker: Path) -> None:
+def _pause_after(step: int, marker: Path) -> None:
     from trinity_core.hooks import get_plugin_manager
     from trinity_core.hookspecs import hookimpl
 
-    class MarkAfter:
+    class PauseAfter:
         @hookimpl
         def trinity_on_metrics(self, step: int, metrics: dict[str, float]) -> None:
             if step == target and os.environ.get("RANK", "0") == "0":
                 marker.touch()
+                while not marker.with_name(f"{marker.name}.go").exists():
+                    time.sleep(0.05)
 
     target = step
-    get_plugin_manager().register(MarkAfter(), name="mark-after")
+    get_plugin_manager().register(PauseAfter(), name="pause-after")
 
 
 def main(out: Path, args: list[str]) -> int:
@@ -55,7 +59,7 @@ def main(out: Path, args: list[str]) -> int:
     _keep_runner()
     if os.environ.get("PAUSE"):
         _, _, n = os.environ["PAUSE"].partition(":")
-        _mark_after(int(n), Path(os.environ["MARKER"]))
+        _pause_after(int(n), Path(os.environ["MARKER"]))
     from trinity_core.cli.main import main as cli
 
     code = cli(["train", *args])

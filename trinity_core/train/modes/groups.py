@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -22,8 +24,27 @@ import torch
 from torch import Tensor
 
 from trinity_core.train.modes.layout import Layout
+from trinity_core.train.report.result import LaunchError
 
-__all__ = ["RankGroups", "broadcast_state"]
+__all__ = ["PeerLost", "RankGroups", "broadcast_state"]
+
+
+class PeerLost(LaunchError):
+    """A collective call between learner ranks failed: another process of the launch ended (or hung)."""
+
+
+@contextmanager
+def _peers(rank: int, what: str) -> Iterator[None]:
+    """Turn a failed collective of ``what`` into one line (gloo and NCCL raise a RuntimeError whose text
+    names the transport, not the run)."""
+    try:
+        yield
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PeerLost(
+            f"learner rank {rank}: {what} failed ({first[:200]}); another process of the launch ended or "
+            "stopped answering: its own error, above, says why"
+        ) from exc
 
 
 class RankGroups:
@@ -61,7 +82,8 @@ class RankGroups:
 
         if self.experiences is None:
             return [mine]
-        return gather_bytes(mine, self.layout.world, self.experiences)
+        with _peers(self.layout.rank, "the exchange of the explorers' experiences"):
+            return gather_bytes(mine, self.layout.world, self.experiences)
 
     def weights(self, accelerator: Any, model: Any, policy: Any) -> dict[str, Tensor] | None:
         """The full weights on the ranks that publish them to explorers, else None (every rank calls it).
@@ -76,7 +98,8 @@ class RankGroups:
         if self.method == "checkpoint":
             return state if layout.rank == 0 else None
         self.broadcasts += 1
-        return broadcast_state(state if layout.rank == 0 else None, self.leaders, self.device)
+        with _peers(layout.rank, "the broadcast of the weights to the other machines"):
+            return broadcast_state(state if layout.rank == 0 else None, self.leaders, self.device)
 
     def written(self) -> None:
         """Rank 0 has written the weights file: the leaders wait for each other (``checkpoint`` on several

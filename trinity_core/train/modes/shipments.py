@@ -108,11 +108,11 @@ def step_shipments(blobs: Sequence[bytes], step: int, explorers: int) -> list[Sh
         RuntimeError: a shipment of another step, or an explorer missing or twice (lost or duplicated).
     """
     shipments = sorted((Shipment.decode(b) for b in blobs), key=lambda s: s.explorer)
-    got = [(s.explorer, s.step) for s in shipments]
-    if got != [(e, step) for e in range(explorers)]:
+    got = [(s.explorer, s.step + 1) for s in shipments]
+    if got != [(e, step + 1) for e in range(explorers)]:
         raise RuntimeError(
-            f"learner step {step + 1} expected step {step} from explorers 0..{explorers - 1} once each, "
-            f"got (explorer, step) {got}: experiences were lost or duplicated on the way"
+            f"learner step {step + 1} expected step {step + 1} from explorers 0..{explorers - 1} once "
+            f"each, got (explorer, step) {got}: experiences were lost or duplicated on the way"
         )
     return shipments
 
