@@ -262,7 +262,9 @@ def test_a_killed_explorer_is_restarted_and_its_steps_issued_again(tmp_path: Pat
         assert row["throughput/experiences_per_s"] * row["time/step_s"] == pytest.approx(16.0)
 
 
-def test_a_killed_learner_rank_ends_every_process_and_the_run_resumes_as_launched(tmp_path: Path) -> None:
+def _paused_launch(tmp_path: Path, **popen: Any) -> tuple[subprocess.Popen[str], list[psutil.Process], Path]:
+    """2 ranks and 2 explorers in mode async, checkpoints every 2 steps, rank 0 paused after step 3 (rank 1
+    then waits in step 4's exchange); the launcher, every process of the launch, the run directory."""
     config = _config(TINY, explorers=2, timeout=60)
     config["trainer"].update(total_steps=6, checkpoint_every=2, keep_checkpoints=5)
     path, run, out, marker = (
@@ -273,8 +275,10 @@ def test_a_killed_learner_rank_ends_every_process_and_the_run_resumes_as_launche
     )
     out.mkdir()
     cmd = _command(out, ["--config", path, "--run-dir", run], 2, None, free_port())
-    env = _env(PAUSE="after_step:3", MARKER=str(marker))  # rank 0 waits there, rank 1 in the next step
-    launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = _env(PAUSE="after_step:3", MARKER=str(marker))
+    launcher = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
+    )
     deadline = time.monotonic() + WAIT_S
     while not marker.exists():
         assert launcher.poll() is None, launcher.communicate()
@@ -282,13 +286,29 @@ def test_a_killed_learner_rank_ends_every_process_and_the_run_resumes_as_launche
         time.sleep(0.05)
     every = _descendants(launcher.pid)  # torchrun, 2 ranks, rank 0's fork server and 2 explorers
     assert len(every) >= 6, [p.cmdline() for p in every]
-    _rank(every, 1).send_signal(signal.SIGKILL)
-    began = time.monotonic()
+    return launcher, every, run
+
+
+def _ended(launcher: subprocess.Popen[str], every: list[psutil.Process], began: float) -> None:
+    """Every process of the launch ends, well within synchronizer.timeout (60 s), the launch failed."""
     launcher.communicate(timeout=WAIT_S)
     _, alive = psutil.wait_procs(every, timeout=60)
-    assert not alive, f"outlived the killed rank: {[p.cmdline() for p in alive]}"
+    assert not alive, f"outlived the run: {[p.cmdline() for p in alive]}"
     assert launcher.returncode != 0
-    assert time.monotonic() - began < 60  # within synchronizer.timeout
+    assert time.monotonic() - began < 60
+
+
+def test_ctrl_c_ends_every_process_of_the_launch(tmp_path: Path) -> None:
+    launcher, every, run = _paused_launch(tmp_path, start_new_session=True)
+    os.killpg(launcher.pid, signal.SIGINT)  # a terminal's Ctrl-C: every process of the foreground group
+    _ended(launcher, every, time.monotonic())
+    assert (run / "checkpoints" / "latest").read_text() == "step-000002"
+
+
+def test_a_killed_learner_rank_ends_every_process_and_the_run_resumes_as_launched(tmp_path: Path) -> None:
+    launcher, every, run = _paused_launch(tmp_path)
+    _rank(every, 1).send_signal(signal.SIGKILL)
+    _ended(launcher, every, time.monotonic())
     assert (run / "checkpoints" / "latest").read_text() == "step-000002"
 
     # --resume with the same 2 ranks (and the 2 explorers config.yaml holds) ends the run.
@@ -301,3 +321,21 @@ def test_a_killed_learner_rank_ends_every_process_and_the_run_resumes_as_launche
     proc = launch(tmp_path / "out-one", ["--resume", run, "--set", "trainer.total_steps=8"], nproc=1)
     assert proc.returncode == 1
     assert "was written by 2 processes, this run has 1" in proc.stderr
+
+
+def test_a_rendezvous_that_never_completes_ends_before_the_run_starts(tmp_path: Path) -> None:
+    # Machine 1 never comes: torchrun's static rendezvous gives up after --rdzv-conf timeout seconds
+    # (docs/modes.md, Bad input), before any rank starts, so nothing of the run is made.
+    run = tmp_path / "run"
+    cmd = _command(
+        tmp_path,
+        ["--config", _write(_config(TINY), tmp_path / "t.yaml"), "--run-dir", run],
+        1,
+        (0, 2),
+        free_port(),
+    )
+    cmd[3:3] = ["--rdzv-conf", "timeout=5"]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=WAIT_S, check=False)
+    assert proc.returncode == 1
+    assert "waiting for clients. 1/2 clients joined" in proc.stderr.splitlines()[-1]
+    assert not run.exists()

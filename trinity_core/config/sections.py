@@ -102,7 +102,9 @@ class SynchronizerConfig(Section):
     of its own that runs ahead freely (at most ``max(sync_offset, 1)`` steps waiting in the link) and
     loads the weights published every ``sync_interval`` learner steps (``method``). Mode ``both`` with
     ``sync_offset > 0`` runs its explorer in a thread, or with ``explorer_process`` in a process of its
-    own that is kept exactly ``sync_offset`` steps ahead (the same weight versions as the thread).
+    own that is kept exactly ``sync_offset`` steps ahead (the same weight versions as the thread). Both
+    process modes run ``explorers`` explorer processes beside any number of learner ranks and machines
+    (docs/modes.md, "Many processes and machines").
     """
 
     sync_interval: int = Field(
@@ -137,7 +139,7 @@ class SynchronizerConfig(Section):
             "Mode both with sync_offset > 0: run the explorer in a process of its own (weights through "
             "method) instead of a thread of the learner's process, still exactly sync_offset steps "
             "ahead. Faster where generation is mostly Python work (small models on CPU), since the two "
-            "parts no longer take turns on the interpreter lock; one learner process only."
+            "parts no longer take turns on the interpreter lock; several with synchronizer.explorers."
         ),
     )
     explorer_threads: int | None = Field(

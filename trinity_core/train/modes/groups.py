@@ -92,7 +92,7 @@ class RankGroups:
         leaders get them by the broadcast (``memory``) or not at all (``checkpoint``: rank 0's file).
         """
         layout = self.layout
-        state = _full_weights(accelerator, model, policy) if layout.world > 1 else policy.state_dict()
+        state = _full_weights(accelerator, model, policy)
         if self.leaders is None or layout.rank not in layout.publishers:
             return state if layout.rank == 0 else None
         if self.method == "checkpoint":
