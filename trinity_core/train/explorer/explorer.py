@@ -142,6 +142,7 @@ class Explorer:
                 temperature=self.config.rollout.temperature,
                 top_p=self.config.rollout.top_p,
                 top_k=self.config.rollout.top_k,
+                min_new_tokens=self.config.rollout.min_new_tokens,
                 logprobs=self.behaviour_logprobs,  # the log-probs that travel with the experiences
             )
         rewards, completions = self._rewards(rows, rollout)

@@ -30,6 +30,7 @@ from torch import Tensor
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import BufferReader, MemoryReader
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.lm.distribution import SamplingDistribution
 from trinity_core.train.data.stored import StoredExperiences
 from trinity_core.train.learner.balance import balance_batch, balances
 from trinity_core.train.learner.critic import build_critic
@@ -41,7 +42,7 @@ from trinity_core.train.learner.update import PolicyUpdate
 from trinity_core.train.models.policy import needs_train_mode
 from trinity_core.train.report.profile import StepProfiler
 
-__all__ = ["Learner", "batch_metrics", "check_loss_inputs"]
+__all__ = ["Learner", "batch_metrics", "check_loss_inputs", "sampled_distribution"]
 
 
 def check_loss_inputs(
@@ -101,9 +102,11 @@ class Learner:
         profiler: StepProfiler,
         event_loop: asyncio.AbstractEventLoop,
         expert: ExpertData | None = None,
+        eos_token_id: int | None = None,
     ) -> None:
         """Hold the parts of the step and build its critic, teacher and passes."""
         tcfg = config.trainer
+        self.distribution = sampled_distribution(config, eos_token_id)
         self.acc, self.components, self.profiler, self.event_loop = (
             accelerator,
             components,
@@ -124,6 +127,7 @@ class Learner:
             components=components,
             profiler=profiler,
             train_mode=needs_train_mode(config),
+            distribution=self.distribution,
         )
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.policy = self.updater.policy
@@ -162,7 +166,7 @@ class Learner:
         if self.expert is not None:
             batch = self.expert.mix(batch, step)
         # 3. The passes: no-grad log-probs, critic values, KL penalty, trainer-side advantages.
-        inputs = StepInputs.of(batch)
+        inputs = StepInputs.of(batch, self.distribution)
         for run_pass in self.passes:
             metrics.update(run_pass(inputs, step))
         # 4. The update (the critic's, then the policy's), and the metrics of the rows trained on.
@@ -285,6 +289,21 @@ class Learner:
         has read them all."""
         if isinstance(self.reader, MemoryReader) and len(self.reader) == 0:
             self.reader.discard_read()
+
+
+def sampled_distribution(config: ResolvedConfig, eos_token_id: int | None) -> SamplingDistribution | None:
+    """The distribution the run's rollouts are drawn from (``rollout`` settings); None in mode ``train``,
+    whose stored rows were not sampled by this run (their log-probs are of ``softmax(logits)``)."""
+    if config.mode == "train":
+        return None
+    rcfg = config.rollout
+    return SamplingDistribution(
+        temperature=rcfg.temperature,
+        top_k=rcfg.top_k,
+        top_p=rcfg.top_p,
+        min_new_tokens=rcfg.min_new_tokens,
+        eos_token_id=eos_token_id,
+    )
 
 
 def batch_metrics(batch: ExperienceBatch) -> dict[str, Tensor]:

@@ -140,6 +140,10 @@ class Runner:
         """The metrics of the steps run so far (as logged)."""
         return self.recorder.history
 
+    def save_checkpoint(self, step: int) -> None:
+        """Write the checkpoint of ``step`` now (see :meth:`StepRecorder.save_checkpoint`)."""
+        self.recorder.save_checkpoint(step)
+
     # ------------------------------------------------------------------ one lock-step step
 
     def step(self, step: int) -> dict[str, float]:
