@@ -27,6 +27,7 @@ from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
 from trinity_core.train.checkpoints.commit import CONFIG_FILE
 from trinity_core.train.modes.accelerator import check_launch, make_accelerator
+from trinity_core.train.report.result import SUMMARY_FILE
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -215,13 +216,15 @@ def _hook_failure(exc: BaseException, pm: Any) -> Any | None:
 
 def _where_to_continue(run_dir: Path) -> str:
     """How to continue after a failure: from the last complete checkpoint, or from the start."""
-    from trinity_core.train.checkpoints.commit import LATEST
+    from trinity_core.train.checkpoints.commit import CheckpointError, latest_checkpoint
 
-    pointer = run_dir / "checkpoints" / LATEST
-    if pointer.exists():
-        name = pointer.read_text(encoding="utf-8").strip()
-        return f"checkpoint {name} is intact: continue with trinity train --resume {run_dir}"
-    return f"no checkpoint was written yet: start again with --overwrite --run-dir {run_dir}"
+    try:
+        path = latest_checkpoint(run_dir, warn=lambda message: None)
+    except CheckpointError:
+        path = None
+    if path is not None:
+        return f"checkpoint {path.name} is intact: continue with trinity train --resume {run_dir}"
+    return f"no intact checkpoint was written yet: start again with --overwrite --run-dir {run_dir}"
 
 
 def _run(trainer: Any) -> Any:
@@ -367,7 +370,9 @@ def _start(
         # Everything that can fail on bad input (task, rewards, components, model, checkpoint) is built
         # before the run directory is written.
         trainer = Runner(resolved, run_path, accelerator=acc, resume=resume, profile=profile)
-        if resume and trainer.start_step >= trainer.total_steps:
+        # A run killed after its last checkpoint but before its summary has no step left to train; it
+        # goes on to write its end (evaluation, model/, plot.png, summary.json, which is written last).
+        if resume and trainer.start_step >= trainer.total_steps and (run_path / SUMMARY_FILE).exists():
             raise RunFinished(
                 f"run {run_path} already trained {trainer.start_step} of trainer.total_steps = "
                 f"{trainer.total_steps} steps: nothing to do; to train further, add --set "

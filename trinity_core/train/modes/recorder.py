@@ -13,17 +13,29 @@ import math
 from pathlib import Path
 from typing import Any, TextIO
 
+import torch
 from torch import Tensor
 
 from trinity_core.config import ResolvedConfig
 from trinity_core.hooks import notify_metrics
 from trinity_core.train import checkpoints
+from trinity_core.train.checkpoints.commit import CheckpointError
 from trinity_core.train.learner.learner import Learner
 from trinity_core.train.modes.periodic import RunOutputs
 from trinity_core.train.report.profile import StepProfiler
 from trinity_core.train.report.reporting import RunReport
 
-__all__ = ["StepRecorder"]
+__all__ = ["StepRecorder", "non_finite_tensors"]
+
+
+def non_finite_tensors(model: Any) -> list[str]:
+    """Names of the parameters and buffers of ``model`` with a NaN or infinite element (one host read)."""
+    named = [*model.named_parameters(), *model.named_buffers()]
+    floating = [(name, value) for name, value in named if value.is_floating_point()]
+    if not floating:
+        return []
+    finite = torch.stack([torch.isfinite(value).all() for _, value in floating]).tolist()
+    return [name for (name, _), ok in zip(floating, finite, strict=True) if not ok]
 
 
 class StepRecorder:
@@ -131,5 +143,31 @@ class StepRecorder:
             self._bar.update()
 
     def save_checkpoint(self, step: int) -> None:
-        """Write the checkpoint of ``step`` atomically (every rank writes its RNG state)."""
+        """Write the checkpoint of ``step`` atomically (every rank writes its RNG state).
+
+        Raises:
+            CheckpointError: the policy (or critic) has non-finite weights; nothing is written, so the
+                last checkpoint stays the one a resume starts from.
+        """
+        models = [("policy", self.learner.policy)]
+        if self.learner.critic is not None:
+            models.append(("critic", self.learner.critic.module))
+        for role, model in models:
+            bad = non_finite_tensors(model)
+            if bad:
+                raise CheckpointError(
+                    f"step {step}: the {role} has {len(bad)} non-finite weight tensor(s) "
+                    f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); not checkpointed. "
+                    f"{self._last_good()}; lower trainer.lr or set trainer.grad_clip, then resume"
+                )
         checkpoints.save_run(self.run_dir, step, self.acc, self.config.trainer.keep_checkpoints)
+
+    def _last_good(self) -> str:
+        """Where a resume of this run starts, in words."""
+        try:
+            path = checkpoints.latest_checkpoint(self.run_dir, warn=lambda message: None)
+        except CheckpointError:
+            path = None
+        if path is None:
+            return "No checkpoint was written before it"
+        return f"The last good checkpoint is {path.name} (trinity train --resume {self.run_dir})"

@@ -48,7 +48,7 @@ from trinity_core.train.modes.synchronizer import Synchronizer
 from trinity_core.train.modes.threads import explorer_pool
 from trinity_core.train.report import reporting
 from trinity_core.train.report.profile import StepProfiler
-from trinity_core.train.report.result import LaunchError, TrainResult
+from trinity_core.train.report.result import SUMMARY_FILE, LaunchError, TrainResult
 
 __all__ = ["LaunchError", "Runner", "TrainResult"]
 
@@ -245,9 +245,13 @@ class Runner:
     # ------------------------------------------------------------------ the end of the run
 
     def _finish(self, wall: float) -> TrainResult:
+        """The end of the run: the held-out evaluation, the result, and (main process) the model folder,
+        ``plot.png`` and, last, ``summary.json`` (a run without it has not ended: ``--resume`` ends it)."""
         n = self.config.tasks.eval_size
         eval_acc = self.explorer.evaluate(self.learner.policy, n) if n and self.is_main else None
         curve = self.reward_curve()
+        # A resumed run with no step left logged nothing now: its figures are those logged before.
+        rows = self.history or self._logged_rows()
         result = TrainResult(
             run_dir=self.run_dir,
             steps=self.total_steps,
@@ -255,12 +259,16 @@ class Runner:
             eval_accuracy=eval_acc,
             wall_seconds=wall,
             profile=self.profiler.report() if self.profiler.enabled else None,
-            final_reward=self.history[-1].get("reward/mean", math.nan) if self.history else math.nan,
+            final_reward=rows[-1].get("reward/mean", math.nan) if rows else math.nan,
             history=self.history,
             loss_curve=self.reward_curve(key="actor/loss"),
-            summary=self.report.summary(self.history),
+            summary=self.report.summary(rows),
         )
         if self.is_main:
+            # A model that from_pretrained loads, next to the checkpoints (trinity export does the same
+            # for any checkpoint).
+            self.outputs.export()
+            self.report.plot()
             summary = {
                 "mode": self.config.mode,
                 "steps": result.steps,
@@ -271,19 +279,19 @@ class Runner:
                 "profile": result.profile,
                 "last_steps": result.summary,
             }
-            write_json_atomic(self.run_dir / "summary.json", summary)
-            # A model that from_pretrained loads, next to the checkpoints (trinity export does the same
-            # for any checkpoint).
-            self.outputs.export()
-            self.report.plot()
+            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
         self.acc.end_training()
         return result
+
+    def _logged_rows(self) -> list[dict[str, float]]:
+        """The rows of ``metrics.jsonl`` (main process; empty elsewhere or without the file)."""
+        path = self.run_dir / "metrics.jsonl"
+        return checkpoints.read_metrics(path) if self.is_main and path.exists() else []
 
     def reward_curve(self, points: int = 9, key: str = "reward/mean") -> list[tuple[int, float]]:
         """Mean of metric ``key`` over windows of the run's history at ``points`` evenly spaced steps.
 
         Empty when no step logged ``key`` (mode ``train`` on experiences without rewards).
         """
-        path = self.run_dir / "metrics.jsonl"
-        rows = checkpoints.read_metrics(path) if self.is_main and path.exists() else self.history
-        return reporting.metric_curve(rows, key, points)
+        rows = self._logged_rows() if self.is_main else self.history
+        return reporting.metric_curve(rows or self.history, key, points)
