@@ -203,7 +203,7 @@ def test_a_metrics_hook_that_raises_is_one_line(
         pm.unregister(name="raising-observer")
     assert code == 1
     assert one_line(err) == (
-        "trinity: error: trinity_on_metrics of plugin 'raising-observer' raised after step 1: "
+        "trinity train: error: trinity_on_metrics of plugin 'raising-observer' after step 1 raised "
         "KeyError('reward/mean'); fix or uninstall the plugin, then resume: checkpoint step-000001 is "
         f"intact: continue with trinity train --resume {tmp_path / 'run'}"
     )

@@ -228,7 +228,9 @@ def _where_to_continue(run_dir: Path) -> str:
 
 
 def _run(trainer: Any) -> Any:
-    """``trainer.train()``, with a failing disk or plugin hook reported as one line."""
+    """``trainer.train()``, with a failing disk, plugin component or hook reported as one line that says
+    where to continue from."""
+    from trinity_core.components.faults import ComponentFault
     from trinity_core.hooks import HookCallError
 
     try:
@@ -239,6 +241,10 @@ def _run(trainer: Any) -> Any:
         raise RunDirError(
             f"{exc.strerror or exc} while writing run directory {trainer.run_dir}{file}; {hint}, then "
             f"resume: {_where_to_continue(trainer.run_dir)}"
+        ) from exc
+    except (ComponentFault, HookCallError) as exc:
+        raise type(exc)(
+            f"{exc}; fix or uninstall the plugin, then resume: {_where_to_continue(trainer.run_dir)}"
         ) from exc
     except Exception as exc:
         failed = _hook_failure(exc, trainer.pm)

@@ -103,7 +103,7 @@ class StepRecorder:
         self, step: int, metrics: dict[str, Tensor], wall: float, explorer_busy: float, learner_busy: float
     ) -> dict[str, float]:
         """Reduce the step's metrics over ranks; add the learning rate, throughput and idle fractions."""
-        out = self.learner.reduce(metrics)
+        out = self.learner.reduce(metrics, step)
         world = self.acc.num_processes
         experiences = out.pop("learner/experiences", math.nan) * world
         tokens = out.pop("learner/tokens", math.nan) * world
