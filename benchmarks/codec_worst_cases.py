@@ -187,11 +187,11 @@ CASES: dict[str, Callable[[int], bytes]] = {
 }
 
 
-def payload(case: str, size: int) -> bytes:
-    """The payload of ``case`` with the most items that fits in ``size`` bytes.
+def count_for(case: str, size: int) -> int:
+    """The most items of ``case`` whose payload fits in ``size`` bytes (at least 1).
 
-    The item count is estimated from two small payloads (sizes grow linearly with it), then found by
-    bisection around the estimate.
+    Estimated from two small payloads (sizes grow linearly with the count), then found by bisection
+    around the estimate.
     """
     build = CASES[case]
     small, large = len(build(64)), len(build(128))
@@ -208,4 +208,9 @@ def payload(case: str, size: int) -> bytes:
             low = middle
         else:
             high = middle
-    return build(low)
+    return low
+
+
+def payload(case: str, size: int) -> bytes:
+    """The payload of ``case`` with the most items that fits in ``size`` bytes."""
+    return CASES[case](count_for(case, size))

@@ -123,9 +123,10 @@ _SUPPORTED = (
 class _Unsupported(Exception):
     """Raised inside the encoder; carries the path of the offending value, innermost segment first."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, list_supported: bool = True) -> None:
         super().__init__(message)
         self.message = message
+        self.list_supported = list_supported
         self.path: list[str] = []
 
 
@@ -206,7 +207,7 @@ def _encode(obj: Any) -> Any:
             return out
         collision = _shared_hash(list(obj))
         if collision is not None:
-            raise _Unsupported(f"a dict with non-str keys whose {collision}")
+            raise _Unsupported(f"a dict with non-str keys whose {collision}", list_supported=False)
         pairs = []
         for key, value in obj.items():
             try:
@@ -218,7 +219,7 @@ def _encode(obj: Any) -> Any:
     if kind is list or kind is tuple or kind is set or kind is frozenset:
         collision = _shared_hash(list(obj)) if kind is set or kind is frozenset else None
         if collision is not None:
-            raise _Unsupported(f"a {kind.__name__} whose {collision}")
+            raise _Unsupported(f"a {kind.__name__} whose {collision}", list_supported=False)
         items = []
         for index, item in enumerate(obj):
             try:
@@ -255,7 +256,8 @@ def to_json_value(obj: Any, where: str = "value") -> Any:
         return _encode(obj)
     except _Unsupported as exc:
         path = where + "".join(reversed(exc.path))
-        raise TypeError(f"{path}: {exc.message}; supported: {_SUPPORTED}") from None
+        supported = f"; supported: {_SUPPORTED}" if exc.list_supported else ""
+        raise TypeError(f"{path}: {exc.message}{supported}") from None
     except RecursionError:
         raise TypeError(f"{where}: value is nested too deeply to be written") from None
 
