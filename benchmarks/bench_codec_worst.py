@@ -60,7 +60,7 @@ def decode_once(data: bytes, *, collector: bool) -> tuple[float, str]:
     start = time.process_time()
     try:
         out = deserialize_many(data)
-        outcome = f"{len(out):,} items"
+        outcome = f"{len(out):,} item{'' if len(out) == 1 else 's'}"
     except ExperienceDecodeError:
         outcome = "refused"
     elapsed = time.process_time() - start
