@@ -17,29 +17,37 @@ from trinity_core.codec.spec import MAX_JSON_DEPTH, Malformed, require
 
 __all__ = ["json_depth", "nesting_error", "parse_json", "strict_object"]
 
-#: Every byte except the four brackets: deleted to keep only the nesting structure.
-_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
-#: +1 for an opening bracket, -1 for a closing one.
+#: Every byte except the brackets and the quote: deleted to keep only the structure of the text.
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+#: +1 for an opening bracket, -1 for a closing one, 0 for the quote.
 _STEP = np.zeros(256, dtype=np.int32)
 _STEP[list(b"[{")] = 1
 _STEP[list(b"]}")] = -1
+_QUOTE = ord('"')
 
 
 def json_depth(text: bytes) -> int:
     """The deepest nesting of arrays and objects in UTF-8 JSON ``text`` (0 for a scalar).
 
     Brackets inside strings do not count. Escaped backslashes are dropped first and escaped quotes
-    next, exactly as a JSON parser reads a string from left to right; every ``"`` left then opens or
-    closes a string, so the text outside strings is every other piece between quotes. For text that is
-    not valid JSON, the result is exact up to the first error a parser finds, which is all the parser
-    ever reads. The work is a few passes of ``bytes`` methods and one cumulative sum.
+    next, as a JSON parser reads a string from left to right; every ``"`` left then opens or closes a
+    string, so a bracket is inside one when an odd number of quotes precede it. For text that is not
+    valid JSON the result is exact up to the first error a parser finds, which is all a parser reads.
+    The work is a few passes of ``bytes`` methods over the text and of numpy over its brackets and
+    quotes, whatever the text holds.
     """
     unescaped = text.replace(b"\\\\", b"").replace(b'\\"', b"")
-    outside = b"".join(unescaped.split(b'"')[::2])
-    brackets = np.frombuffer(outside.translate(None, _NOT_BRACKETS), dtype=np.uint8)
-    if not brackets.size:
+    skeleton = np.frombuffer(unescaped.translate(None, _NOT_STRUCTURE), dtype=np.uint8)
+    if not skeleton.size:
         return 0
-    return int(np.cumsum(_STEP[brackets], dtype=np.int32).max())
+    steps = _STEP[skeleton]  # a new array
+    if b'"' in unescaped:
+        outside = np.cumsum(skeleton == _QUOTE, dtype=np.int32)
+        outside &= 1
+        outside -= 1  # 0 inside a string (after an odd number of quotes), -1 (every bit set) outside
+        steps &= outside
+    np.cumsum(steps, out=steps)
+    return max(0, int(steps.max()))
 
 
 def nesting_error(text: bytes, what: str) -> str | None:
