@@ -7,6 +7,7 @@ per item and field without paying for it in bytes. The bound is what ``docs/wire
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import struct
@@ -17,8 +18,8 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from trinity_core.codec import MAGIC, VERSION, ExperienceDecodeError, deserialize_many, serialize_many
-from trinity_core.experience import TENSOR_FIELDS, CustomField, Experience
+from trinity_core.codec import MAGIC, VERSION, ExperienceDecodeError, decode, deserialize_many, serialize_many
+from trinity_core.experience import TENSOR_FIELDS, CustomField, Experience, experience_field_names
 
 pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
 
@@ -150,3 +151,9 @@ def test_zero_element_items_of_one_shape_share_one_tensor_and_keep_their_shape()
     assert [exp.returns.tolist() for exp in out] == [[], [[0.0, 1.0], [2.0, 3.0]], [], [], 0.0]
     assert out[0].returns is out[2].returns
     assert out[3].returns is not out[0].returns
+
+
+def test_the_decoder_stores_every_field_of_an_experience() -> None:
+    """The decoder's per-item builder takes the fields by position: its parameters are the fields."""
+    parameters = tuple(inspect.signature(decode._experience).parameters)
+    assert parameters == experience_field_names()

@@ -120,8 +120,8 @@ def _too_deep(columns: dict[str, Any]) -> ExperienceEncodeError:
     """The error that names the first free-form value nested deeper than a reader accepts."""
     limit = MAX_JSON_DEPTH - _VALUE_LEVELS
     for name in JSON_COLUMNS:
-        (values,) = columns.get(name, {None: ()}).values()
-        for index, value in enumerate(values):
+        column = columns.get(name)  # {"j": values} or {"v": values}
+        for index, value in enumerate(next(iter(column.values())) if column else ()):
             try:
                 depth: int | None = json_depth(json.dumps(value).encode())
             except RecursionError:
