@@ -174,7 +174,8 @@ def test_rows_have_the_declared_fields() -> None:
     assert all(set(task.fields) <= set(row) for row in rows)
 """,
 }
-"""Kinds the conformance kit has no checks for get a first test of their own."""
+"""Kinds whose scaffold gets a first test of its own besides the conformance kit (reward functions have no
+kit checks; a task set gets the task suite too)."""
 
 FILES: dict[str, str] = {
     "pyproject.toml": """[build-system]
