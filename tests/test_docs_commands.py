@@ -151,3 +151,19 @@ def test_plugins_list_of_every_shipped_plugin_fits_100_columns(capsys: pytest.Ca
     table = capsys.readouterr().out.split("\n\n", 1)[0].splitlines()
     assert len(table) > 50
     assert max(len(line) for line in table) <= 100
+
+
+def test_requirements_all_brings_peft_through_the_lora_extra_and_tox_train_takes_it_from_there() -> None:
+    """benchmarks/bench_memory.py's LoRA configuration needs peft: requirements/all.txt installs it (the
+    core's lora extra), and tox's train env, which installs requirements/all.txt, pins no second peft."""
+    lines = (ROOT / "requirements" / "all.txt").read_text().splitlines()
+    [core] = [line for line in lines if line.startswith("-e .[")]
+    extras = core.removeprefix("-e .[").removesuffix("]").split(",")
+    assert "lora" in extras
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(dep.startswith("peft") for dep in project["optional-dependencies"]["lora"])
+    assert '"lora"' in (ROOT / "benchmarks" / "bench_memory.py").read_text()  # the configuration needing it
+    tox = (ROOT / "tox.ini").read_text()
+    train_env = tox.split("[testenv:train]", 1)[1].split("\n[", 1)[0]
+    assert "-r {toxinidir}/requirements/all.txt" in train_env
+    assert "peft" not in train_env.split("deps =", 1)[1].split("commands =", 1)[0]
