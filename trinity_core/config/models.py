@@ -301,6 +301,25 @@ class TrainerConfig(Section):
         description="Accelerate trackers (tensorboard, wandb, ...); auto: tensorboard if installed.",
     )
     progress: bool = Field(default=True, description="Show a progress bar on stderr.")
+    progress_metrics: list[str] = Field(
+        default_factory=list,
+        description="Metric keys shown on the progress line and in the end summary after the standard "
+        "figures (reward, len, entropy, kl, clip, gnorm), e.g. [actor/unmasked_frac]: a policy loss's "
+        "metric x is actor/x (docs/training.md, Metrics); default: the standard figures only.",
+    )
+
+    @field_validator("progress_metrics")
+    @classmethod
+    def _metric_keys(cls, keys: list[str]) -> list[str]:
+        """Each key once, not blank, as written in metrics.jsonl (``section/name``)."""
+        blank = [k for k in keys if not k.strip() or k != k.strip()]
+        if blank:
+            raise ValueError(f"metric keys {blank!r} are blank or have spaces around them")
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"metric keys {twice} are given more than once")
+        return keys
+
     log_samples_every: int = Field(
         default=100,
         ge=0,
