@@ -53,7 +53,7 @@ def format_explain(resolved: Any) -> list[str]:
 
 
 def cmd_validate(ns: argparse.Namespace) -> int:
-    """Exit 0 printing the resolved config, or 1 printing every problem."""
+    """Exit 0 printing the resolved config, or 1 printing every problem (one line when there is one)."""
     from trinity_core.config import ConfigError, resolve_config
     from trinity_core.config.capabilities import check_capabilities
 
@@ -64,7 +64,7 @@ def cmd_validate(ns: argparse.Namespace) -> int:
         resolved = resolve_config(ns.file, overrides=ns.overrides, embedded=embedded)
         check_capabilities(resolved)  # a run that cannot provide a critic, teacher, ... is invalid here too
     except ConfigError as exc:
-        print(f"trinity: invalid config: {exc}", file=sys.stderr)
+        print(f"trinity: invalid config: {exc.summary()}", file=sys.stderr)
         return 1
     data = resolved.model_dump(mode="json")
     if ns.json:

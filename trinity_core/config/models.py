@@ -9,7 +9,7 @@ section), only samples them into a disk buffer (``explore``), or trains on store
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
@@ -19,6 +19,7 @@ from trinity_core.config.sections import CriticConfig, DataConfig, LoraSettings,
 
 __all__ = [
     "COMPONENT_KEYS",
+    "MAX_SEED",
     "RUN_MODES",
     "AlgorithmConfig",
     "CriticConfig",
@@ -55,6 +56,14 @@ samples rollouts into a disk buffer and trains nothing (a later ``train`` run re
 samples nothing and trains on stored experiences (``data.experiences``), as SFT, CPT and DPO do."""
 RUN_MODES: tuple[str, ...] = ("both", "async", "explore", "train")
 """The values of :data:`RunMode`."""
+
+MAX_SEED = 2**32 - 1
+"""Largest ``trainer.seed``. The trainer derives further seeds from it (the seed times large primes, plus
+the step and the rank), which must stay within the unsigned 64-bit range ``torch.manual_seed`` accepts;
+at this bound they stay below 2**63. It is numpy's largest seed too."""
+
+_Beta = Annotated[float, Field(ge=0, lt=1)]
+"""An Adam beta: torch's optimizers refuse one outside [0, 1)."""
 
 
 def _name(what: str) -> Any:
@@ -168,7 +177,7 @@ class TasksConfig(Section):
         description="Reward functions (kind reward_fn), weighted-summed; unset: the task's default.",
     )
     reward_weights: list[float] | None = Field(
-        default=None, description="One weight per reward function; unset: all 1."
+        default=None, description="One weight per reward function (finite, may be negative); unset: all 1."
     )
     reward_fn_args: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Keyword arguments per reward function name."
@@ -177,7 +186,8 @@ class TasksConfig(Section):
     eval_k: int = Field(
         default=4,
         ge=0,
-        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only.",
+        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only "
+        "(no samples, no pass@k figures).",
     )
     eval_success: float = Field(
         default=1.0,
@@ -220,10 +230,17 @@ class TrainerConfig(Section):
         default=800, ge=1, description="Training steps (an update each; in mode both also a rollout)."
     )
     lr: float = Field(default=3e-4, gt=0, description="Peak learning rate.")
-    seed: int = Field(default=0, description="Random seed (model init, sampling, tasks).")
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_SEED,
+        description="Random seed (model init, sampling, tasks), 0 to 2**32 - 1.",
+    )
     optimizer: Literal["adamw", "adam", "sgd"] = Field(default="adamw", description="Optimizer.")
     weight_decay: float = Field(default=0.0, ge=0, description="Weight decay.")
-    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="Adam betas.")
+    betas: tuple[_Beta, _Beta] = Field(
+        default=(0.9, 0.999), description="Adam betas (decay rates of the moment estimates), each in [0, 1)."
+    )
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
         default="constant", description="Schedule after warm-up (linear / cosine decay to 0 at total_steps)."
     )
