@@ -19,7 +19,7 @@ from typing import Any
 
 from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.loading import read_yaml_mapping
-from trinity_core.config.yaml_text import load_yaml_text
+from trinity_core.config.yaml_text import describe_yaml_error, load_yaml_text
 
 __all__ = ["EMBEDDED", "SET", "ConfigLayers", "apply_overrides", "layer_config"]
 
@@ -50,7 +50,9 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             if isinstance(value, str) and _EXPONENT_ONLY.fullmatch(value):  # YAML 1.1 reads 1e-4 as a string
                 value = float(value)
         except yaml.YAMLError as exc:
-            problems.append(ConfigProblem(key, f"--set value {raw!r} is not valid YAML: {exc}"))
+            problems.append(
+                ConfigProblem(key, f"--set value {raw!r} is not valid YAML: {describe_yaml_error(exc)}")
+            )
             continue
         except ConfigError as exc:
             problems.extend(exc.problems)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from trinity_core.config.checks import config_problems
 from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.models import RunConfig
-from trinity_core.config.yaml_text import load_yaml_text
+from trinity_core.config.yaml_text import describe_yaml_error, load_yaml_text
 from trinity_core.registry.args import validation_problems
 
 __all__ = ["load_config", "read_yaml", "read_yaml_mapping"]
@@ -39,7 +39,8 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
     except ConfigError as exc:
         raise ConfigError(exc.problems, str(path)) from None
     except yaml.YAMLError as exc:
-        raise ConfigError([ConfigProblem("", f"not valid YAML: {exc}")], str(path)) from None
+        what = f"not valid YAML: {describe_yaml_error(exc)}"
+        raise ConfigError([ConfigProblem("", what, hint="fix the syntax there")], str(path)) from None
 
 
 def read_yaml_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:

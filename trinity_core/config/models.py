@@ -9,17 +9,17 @@ section), only samples them into a disk buffer (``explore``), or trains on store
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
 from trinity_core.components import LossAggMode  # one definition, shared with the loss components
 from trinity_core.config.base import Section
+from trinity_core.config.ranges import MAX_SEED, MAX_THREADS, MIN_TEMPERATURE, Beta
 from trinity_core.config.sections import CriticConfig, DataConfig, LoraSettings, SynchronizerConfig
 
 __all__ = [
     "COMPONENT_KEYS",
-    "MAX_SEED",
     "RUN_MODES",
     "AlgorithmConfig",
     "CriticConfig",
@@ -56,14 +56,6 @@ samples rollouts into a disk buffer and trains nothing (a later ``train`` run re
 samples nothing and trains on stored experiences (``data.experiences``), as SFT, CPT and DPO do."""
 RUN_MODES: tuple[str, ...] = ("both", "async", "explore", "train")
 """The values of :data:`RunMode`."""
-
-MAX_SEED = 2**32 - 1
-"""Largest ``trainer.seed``. The trainer derives further seeds from it (the seed times large primes, plus
-the step and the rank), which must stay within the unsigned 64-bit range ``torch.manual_seed`` accepts;
-at this bound they stay below 2**63. It is numpy's largest seed too."""
-
-_Beta = Annotated[float, Field(ge=0, lt=1)]
-"""An Adam beta: torch's optimizers refuse one outside [0, 1)."""
 
 
 def _name(what: str) -> Any:
@@ -201,7 +193,11 @@ class RolloutConfig(Section):
     prompts_per_step: int = Field(
         default=16, ge=1, description="Prompts (tasks) sampled per step, all ranks together."
     )
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    temperature: float = Field(
+        default=1.0,
+        ge=MIN_TEMPERATURE,
+        description=f"Sampling temperature, at least {MIN_TEMPERATURE:g}.",
+    )
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold (1: off).")
     top_k: int = Field(default=0, ge=0, description="Top-k sampling (0: off).")
     min_new_tokens: int = Field(
@@ -238,7 +234,7 @@ class TrainerConfig(Section):
     )
     optimizer: Literal["adamw", "adam", "sgd"] = Field(default="adamw", description="Optimizer.")
     weight_decay: float = Field(default=0.0, ge=0, description="Weight decay.")
-    betas: tuple[_Beta, _Beta] = Field(
+    betas: tuple[Beta, Beta] = Field(
         default=(0.9, 0.999), description="Adam betas (decay rates of the moment estimates), each in [0, 1)."
     )
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
@@ -297,7 +293,9 @@ class TrainerConfig(Section):
         description="With several processes and a preset whose can_balance_batch is true, give every "
         "rank about the same number of tokens (whole task groups move between ranks).",
     )
-    threads: int | None = Field(default=None, ge=1, description="torch CPU threads; unset: torch's choice.")
+    threads: int | None = Field(
+        default=None, ge=1, le=MAX_THREADS, description="torch CPU threads; unset: torch's choice."
+    )
     run_dir: str | None = Field(
         default=None, description="Run directory; unset: runs/<task>-<algorithm>-<timestamp>."
     )

@@ -21,7 +21,7 @@ from typing import Any
 
 from trinity_core.config.errors import ConfigError, ConfigProblem
 
-__all__ = ["MAX_CONFIG_NODES", "load_yaml_text"]
+__all__ = ["MAX_CONFIG_NODES", "describe_yaml_error", "load_yaml_text"]
 
 MAX_CONFIG_NODES = 100_000
 """Most values (mappings, lists and scalars, every alias counted as the values it repeats, keys
@@ -152,3 +152,19 @@ def load_yaml_text(text: str, prefix: str = "") -> Any:
         raise ConfigError([problem]) from None
     finally:
         loader.dispose()
+
+
+def describe_yaml_error(exc: Exception) -> str:
+    """A PyYAML error on one line: where (line, column), what, and in which construct, e.g.
+    ``line 3, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at
+    line 2, column 7)``; PyYAML's own text spans several lines with a copy of the source."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if problem is None:
+        return " ".join(str(exc).split())
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        text += f" ({context} at line {context_mark.line + 1}, column {context_mark.column + 1})"
+    elif context:
+        text += f" ({context})"
+    return text
