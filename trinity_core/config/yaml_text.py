@@ -63,8 +63,8 @@ class _Walk:
             raise _Refused(
                 ConfigProblem(
                     path,
-                    f"the alias on line {node.start_mark.line + 1} refers to a value that contains it "
-                    "(a recursive structure)",
+                    f"the alias here repeats the value anchored on line {node.start_mark.line + 1}, which "
+                    "contains it (a recursive structure)",
                     hint="write the value out instead of the alias",
                 )
             )
