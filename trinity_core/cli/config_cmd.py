@@ -67,7 +67,7 @@ def config_path(ns: argparse.Namespace) -> str | None:
 
 
 def cmd_validate(ns: argparse.Namespace) -> int:
-    """Exit 0 printing the resolved config, or 1 printing every problem."""
+    """Exit 0 printing the resolved config, or 1 printing every problem (one line when there is one)."""
     from trinity_core.config import ConfigError, resolve_config
     from trinity_core.config.capabilities import check_capabilities
 
@@ -86,7 +86,7 @@ def cmd_validate(ns: argparse.Namespace) -> int:
         resolved = resolve_config(path, overrides=ns.overrides, embedded=embedded)
         check_capabilities(resolved)  # a run that cannot provide a critic, teacher, ... is invalid here too
     except ConfigError as exc:
-        print(f"trinity: invalid config: {exc}", file=sys.stderr)
+        print(f"trinity: invalid config: {exc.summary()}", file=sys.stderr)
         return 1
     data = resolved.model_dump(mode="json")
     if ns.json:

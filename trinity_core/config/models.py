@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, field_validator
 
 from trinity_core.components import LossAggMode  # one definition, shared with the loss components
 from trinity_core.config.base import Section
+from trinity_core.config.ranges import MAX_SEED, MAX_THREADS, MIN_TEMPERATURE, Beta
 from trinity_core.config.sections import CriticConfig, DataConfig, LoraSettings, SynchronizerConfig
 
 __all__ = [
@@ -168,7 +169,7 @@ class TasksConfig(Section):
         description="Reward functions (kind reward_fn), weighted-summed; unset: the task's default.",
     )
     reward_weights: list[float] | None = Field(
-        default=None, description="One weight per reward function; unset: all 1."
+        default=None, description="One weight per reward function (finite, may be negative); unset: all 1."
     )
     reward_fn_args: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Keyword arguments per reward function name."
@@ -177,7 +178,8 @@ class TasksConfig(Section):
     eval_k: int = Field(
         default=4,
         ge=0,
-        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only.",
+        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only "
+        "(no samples, no pass@k figures).",
     )
     eval_success: float = Field(
         default=1.0,
@@ -191,7 +193,11 @@ class RolloutConfig(Section):
     prompts_per_step: int = Field(
         default=16, ge=1, description="Prompts (tasks) sampled per step, all ranks together."
     )
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    temperature: float = Field(
+        default=1.0,
+        ge=MIN_TEMPERATURE,
+        description=f"Sampling temperature, at least {MIN_TEMPERATURE:g}.",
+    )
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold (1: off).")
     top_k: int = Field(default=0, ge=0, description="Top-k sampling (0: off).")
     min_new_tokens: int = Field(
@@ -220,10 +226,17 @@ class TrainerConfig(Section):
         default=800, ge=1, description="Training steps (an update each; in mode both also a rollout)."
     )
     lr: float = Field(default=3e-4, gt=0, description="Peak learning rate.")
-    seed: int = Field(default=0, description="Random seed (model init, sampling, tasks).")
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_SEED,
+        description="Random seed (model init, sampling, tasks), 0 to 2**32 - 1.",
+    )
     optimizer: Literal["adamw", "adam", "sgd"] = Field(default="adamw", description="Optimizer.")
     weight_decay: float = Field(default=0.0, ge=0, description="Weight decay.")
-    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="Adam betas.")
+    betas: tuple[Beta, Beta] = Field(
+        default=(0.9, 0.999), description="Adam betas (decay rates of the moment estimates), each in [0, 1)."
+    )
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
         default="constant", description="Schedule after warm-up (linear / cosine decay to 0 at total_steps)."
     )
@@ -280,7 +293,9 @@ class TrainerConfig(Section):
         description="With several processes and a preset whose can_balance_batch is true, give every "
         "rank about the same number of tokens (whole task groups move between ranks).",
     )
-    threads: int | None = Field(default=None, ge=1, description="torch CPU threads; unset: torch's choice.")
+    threads: int | None = Field(
+        default=None, ge=1, le=MAX_THREADS, description="torch CPU threads; unset: torch's choice."
+    )
     run_dir: str | None = Field(
         default=None, description="Run directory; unset: runs/<task>-<algorithm>-<timestamp>."
     )
