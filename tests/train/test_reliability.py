@@ -490,7 +490,8 @@ def test_extending_a_finished_run_continues_from_its_last_checkpoint(
             ["--set", "trainer.lr=0.1"],
             "trinity: error: trainer.lr: a resumed run keeps its saved config.yaml: changing this key would "
             "change the run already trained; on --resume, --set accepts only trainer.total_steps, "
-            "trainer.checkpoint_every, trainer.keep_checkpoints, trainer.progress, trainer.threads, "
+            "trainer.checkpoint_every, trainer.keep_checkpoints, trainer.progress, trainer.progress_metrics, "
+            "trainer.threads, "
             "synchronizer.explorer_threads, synchronizer.learner_threads, synchronizer.explorer_process",
         ),
     ],

@@ -66,11 +66,30 @@ step, AdamW lr 3e-4, clip 0.2, grad-norm 1.0, no KL, token-mean), 800 steps, ful
 LOCK_FILE = ".lock"
 """Held (``filelock``) by the main process of the run writing the directory, for the run's lifetime."""
 
+RUN_OUTPUTS = frozenset(
+    {
+        CONFIG_FILE,
+        "metrics.jsonl",
+        ".metrics.jsonl.tmp",
+        "samples.jsonl",
+        "summary.json",
+        "plot.png",
+        "eval.json",
+        "checkpoints",
+        "model",
+        "experiences",
+        "sync",
+        "logs",
+    }
+)
+"""What a run writes into its directory: all that ``--overwrite`` removes."""
+
 RESUME_OVERRIDABLE = (
     "trainer.total_steps",
     "trainer.checkpoint_every",
     "trainer.keep_checkpoints",
     "trainer.progress",
+    "trainer.progress_metrics",
     "trainer.threads",
     "synchronizer.explorer_threads",
     "synchronizer.learner_threads",
@@ -129,13 +148,31 @@ def lock_run_dir(run_dir: Path) -> FileLock:
     return lock
 
 
+def _exists(run_dir: Path) -> bool:
+    """Whether ``run_dir`` exists; a name the file system cannot hold is a :class:`RunDirError`."""
+    try:
+        return run_dir.exists()
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise RunDirError(
+                f"run directory name {str(run_dir)[:80]}... is longer than the file system allows; choose a "
+                "shorter --run-dir (or trainer.run_dir)"
+            ) from None
+        raise RunDirError(
+            f"run directory {run_dir} cannot be read ({exc.strerror or exc}); choose another --run-dir"
+        ) from None
+
+
 def _release(lock: FileLock, run_dir: Path, remove_if_unused: bool) -> None:
-    """Release ``lock``; remove ``run_dir`` when this run created it and wrote nothing else into it."""
-    if remove_if_unused and not _holds_files(run_dir):
+    """Release ``lock``. When no run was written into ``run_dir`` (no ``config.yaml``), leave nothing
+    behind: the lock file goes, and the directory too when this run created it and it is empty."""
+    if not (run_dir / CONFIG_FILE).exists():
         # Unlinked while still held, so that no other run can take a lock on a file about to vanish.
         with contextlib.suppress(OSError):
             (run_dir / LOCK_FILE).unlink()
-            run_dir.rmdir()
+        if remove_if_unused and not _holds_files(run_dir):
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
     lock.release()
 
 
@@ -153,24 +190,41 @@ def prepare_run_dir(
         if not existing.exists():
             raise RunDirError(f"--resume {run_dir}: no {CONFIG_FILE} there; is this a trinity run directory?")
         return
-    if _holds_files(run_dir):
-        if not overwrite:
-            what = "a run" if existing.exists() else "files"
-            raise RunDirError(
-                f"run directory {run_dir} already holds {what}; pass --resume {run_dir} to continue it, "
-                "--overwrite to replace it, or choose another --run-dir"
-            )
-        if is_main:
-            for child in run_dir.iterdir():
-                if child.name == LOCK_FILE:
-                    continue  # held by this run
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child)
-                else:
-                    child.unlink()
+    check_new_run_dir(run_dir, overwrite=overwrite)
+    if is_main and overwrite:
+        # Only what a run writes: anything else a user keeps there stays.
+        for child in run_dir.iterdir():
+            if child.name not in RUN_OUTPUTS:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         _dump_yaml(run_dir / CONFIG_FILE, config.model_dump(mode="json"))
+
+
+def check_new_run_dir(run_dir: Path, *, overwrite: bool) -> None:
+    """Refuse a directory a new run would clobber: one that holds files, unless ``overwrite`` and it holds
+    a run (its ``config.yaml``); a directory of other files is never overwritten.
+
+    Raises:
+        RunDirError: saying what the directory holds and what to do.
+    """
+    if not _holds_files(run_dir):
+        return
+    if not overwrite:
+        what = "a run" if (run_dir / CONFIG_FILE).exists() else "files"
+        raise RunDirError(
+            f"run directory {run_dir} already holds {what}; pass --resume {run_dir} to continue it, "
+            "--overwrite to replace it, or choose another --run-dir"
+        )
+    if not (run_dir / CONFIG_FILE).exists():
+        raise RunDirError(
+            f"run directory {run_dir} holds files but no {CONFIG_FILE}: it does not look like a trinity run, "
+            "so --overwrite will not delete them; choose another --run-dir"
+        )
 
 
 def default_run_dir(config: ResolvedConfig) -> Path:
@@ -299,7 +353,7 @@ def train(
         run_path = Path(holder[0])
     lock, created = None, False
     if acc.is_main_process:
-        created = not run_path.exists()
+        created = not _exists(run_path)
         lock = lock_run_dir(run_path)
     try:
         return _start(
@@ -368,8 +422,8 @@ def _start(
 
     trainer = None
     try:
-        if not resume and _holds_files(run_path) and not overwrite:
-            prepare_run_dir(run_path, resolved, resume=False, overwrite=False, is_main=False)  # raises
+        if not resume:
+            check_new_run_dir(run_path, overwrite=overwrite)
         # Every rank has looked at the directory before the main one writes into it: a rank still
         # looking would take the main rank's fresh config.yaml for another run's.
         acc.wait_for_everyone()
