@@ -17,6 +17,7 @@ from trinity_core.config.loading import load_config, read_yaml
 from trinity_core.config.models import *  # noqa: F403  (every name of models.__all__, re-exported below)
 from trinity_core.config.ranges import MAX_SEED, MAX_THREADS, MIN_TEMPERATURE
 from trinity_core.config.resolve import BASE_DEFAULTS, DEFAULT_REPEAT_TIMES, resolve_config
+from trinity_core.config.resolved import ResolvedAlgorithmConfig, ResolvedConfig
 from trinity_core.config.yaml_text import MAX_CONFIG_NODES
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "MIN_TEMPERATURE",
     "ConfigError",
     "ConfigProblem",
+    "ResolvedAlgorithmConfig",
+    "ResolvedConfig",
     "check_capabilities",
     "load_config",
     "read_yaml",
