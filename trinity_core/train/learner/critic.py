@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trinity_core.components.faults import FINITE_PREFIX, call_component, checked_loss
+from trinity_core.components.faults import FINITE_PREFIX, call_component, checked_loss, finite_flag
 from trinity_core.config import ResolvedConfig
 from trinity_core.ops import global_normalizers, masked_var
 from trinity_core.train.learner.micro_batches import micro_batches, row_ranges
@@ -140,6 +140,7 @@ class Critic:
         mode = self.config.algorithm.loss_agg_mode
         terms: list[dict[str, Tensor]] = []
         norms: list[Tensor] = []
+        finite: list[Tensor] = []
         for _epoch in range(tcfg.epochs):
             for rows in row_ranges(n, tcfg.minibatches):
                 micro = micro_batches(rows, tcfg.micro_batch_size)
@@ -160,7 +161,7 @@ class Critic:
                             loss_agg_mode=mode,
                         )
                         loss, metrics = checked_loss("value_loss", self.loss_fn, result, vpreds)
-                        metrics = {**metrics, "_finite": torch.isfinite(loss.detach()).to(torch.float64)}
+                        finite.append(finite_flag("value_loss", loss)[1])
                         acc.backward(loss)
                     terms.append(metrics)
                 with prof.section("critic_update"):
@@ -172,7 +173,7 @@ class Critic:
             f"critic/{k}": torch.stack([t[k].to(torch.float64) for t in terms if k in t]).mean()
             for k in {k for t in terms for k in t}
         }
-        out[f"{FINITE_PREFIX}value_loss"] = out.pop("critic/_finite")
+        out[f"{FINITE_PREFIX}value_loss"] = torch.stack(finite).min()
         if norms:
             out["critic/grad_norm"] = torch.stack([g.detach().to(torch.float64) for g in norms]).mean()
         out["critic/explained_variance"] = explained_variance(columns["values"], columns["returns"], mask)
