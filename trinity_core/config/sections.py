@@ -6,11 +6,12 @@ the learner are paced and exchange weights), ``critic`` (presets with ``use_crit
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from trinity_core.config.base import Section
+from trinity_core.config.ranges import MAX_THREADS
 
 __all__ = ["CriticConfig", "DataConfig", "LoraSettings", "SynchronizerConfig"]
 
@@ -145,6 +146,7 @@ class SynchronizerConfig(Section):
     explorer_threads: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_THREADS,
         description=(
             "torch CPU threads of the explorer while it runs beside the learner (mode async, or mode both "
             "with sync_offset > 0); unset: trainer.threads, else half of torch's threads."
@@ -153,6 +155,7 @@ class SynchronizerConfig(Section):
     learner_threads: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_THREADS,
         description=(
             "torch CPU threads of the learner while the explorer runs beside it (mode async, or mode both "
             "with sync_offset > 0); unset: trainer.threads, else half of torch's threads."
@@ -175,7 +178,7 @@ class SynchronizerConfig(Section):
             "e mod machines. Unset: one per machine of the launch (written into config.yaml)."
         ),
     )
-    explorer_devices: list[int] | None = Field(
+    explorer_devices: list[Annotated[int, Field(ge=0)]] | None = Field(
         default=None,
         description=(
             "GPU runs with explorer processes: the CUDA device index of each explorer of a machine, in "

@@ -177,7 +177,7 @@ def _placement_problems(
             f"devices {sorted(learners & set(devices))} are learner ranks' (local ranks 0..{last} use "
             f"devices 0..{last}); an explorer device must be another GPU"
         )
-    elif max(devices) >= cuda_devices or min(devices) < 0:
+    elif max(devices) >= cuda_devices:
         why = (
             f"this machine has {cuda_devices} CUDA devices (0..{cuda_devices - 1}); {devices} asks for others"
         )

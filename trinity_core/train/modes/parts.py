@@ -162,6 +162,7 @@ def build_learner(
         profiler=profiler,
         event_loop=event_loop,
         expert=policy.expert,
+        eos_token_id=policy.tokenizer.eos_token_id,
     )
 
 
