@@ -1,4 +1,5 @@
-"""Reward functions for the mode-async fault tests: each misbehaves at its second call (explorer step 1).
+"""Reward functions for the mode-async fault tests: each misbehaves at its second call (explorer step 1);
+and the two ranks of the weights-broadcast test.
 
 They are registered in the test process; mode ``async`` carries picklable registrations to the explorer
 process, where they run, so the faults happen in the explorer process.
@@ -10,6 +11,8 @@ import os
 import signal
 import time
 from typing import Any
+
+import torch
 
 _calls: dict[str, int] = {}
 
@@ -62,3 +65,34 @@ def killed_once_reward(
         else:
             os.kill(os.getpid(), signal.SIGKILL)
     return [len(c) / 8 for c in completions]
+
+
+def broadcast_weights() -> dict[str, torch.Tensor]:
+    """Weights of several dtypes and shapes (an empty one too) for the broadcast test."""
+    gen = torch.Generator().manual_seed(5)
+    return {
+        "embed.weight": torch.randn(5, 3, generator=gen),
+        "norm.weight": torch.randn(4, generator=gen).to(torch.bfloat16),
+        "layer.bias": torch.randn(3, generator=gen),
+        "steps": torch.tensor([7], dtype=torch.int64),
+        "empty": torch.zeros(0, 2),
+    }
+
+
+def broadcast_rank(rank: int, store: str, out: str) -> None:
+    """Rank ``rank`` of a 2-process gloo group: rank 0 sends :func:`broadcast_weights`, rank 1 saves what
+    arrives in ``out``."""
+    import torch.distributed as dist
+    from safetensors.torch import save_file
+
+    from trinity_core.train.modes.groups import broadcast_state
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        got = broadcast_state(
+            broadcast_weights() if rank == 0 else None, dist.group.WORLD, torch.device("cpu")
+        )
+        if rank == 1:
+            save_file({k: v.contiguous() for k, v in got.items()}, out)
+    finally:
+        dist.destroy_process_group()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from async_support import broadcast_rank, broadcast_weights
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -233,3 +234,26 @@ def test_a_run_dir_another_machine_does_not_see_is_refused_for_method_checkpoint
     assert list(run.iterdir()) == []  # the probe is gone
     check_shared_run_dir(config, layout, run, _leaders(run, names))  # a shared filesystem: fine
     check_shared_run_dir(_config(method="memory"), layout, run, None)  # memory: nothing to check
+
+
+# ------------------------------------------------------------------------------------------- weights
+
+
+def test_the_weights_broadcast_carries_every_tensor_with_its_name_dtype_and_shape(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from safetensors.torch import load_file
+
+    ctx = multiprocessing.get_context("spawn")
+    out = tmp_path / "received.safetensors"
+    ranks = [ctx.Process(target=broadcast_rank, args=(r, str(tmp_path / "store"), str(out))) for r in (0, 1)]
+    for p in ranks:
+        p.start()
+    for p in ranks:
+        p.join(120)
+    assert [p.exitcode for p in ranks] == [0, 0]
+    got, sent = load_file(str(out)), broadcast_weights()
+    assert set(got) == set(sent)
+    for name, value in sent.items():
+        assert got[name].dtype == value.dtype, name
+        assert torch.equal(got[name], value), name

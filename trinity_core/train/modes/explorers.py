@@ -210,12 +210,16 @@ class ExplorerSet:
     def stop(self) -> None:
         """End every explorer: the stop event, then SIGTERM, then SIGKILL; each bounded."""
         self.stop_event.set()
-        for action in (None, "terminate", "kill"):
-            deadline = time.perf_counter() + STOP_GRACE_S
-            for run in self.running:
-                if action is not None and run.process.is_alive():
-                    getattr(run.process, action)()
-                run.process.join(max(0.0, deadline - time.perf_counter()) if action != "kill" else None)
+        processes = [run.process for run in self.running]
+        _join(processes, STOP_GRACE_S)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        _join(processes, STOP_GRACE_S)
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join()
         for run in self.running:
             _drop_queues(run.spec)
 
@@ -232,6 +236,13 @@ def _cuda() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def _join(processes: list[Any], seconds: float) -> None:
+    """Wait for ``processes`` to end, at most ``seconds`` in all."""
+    deadline = time.perf_counter() + seconds
+    for process in processes:
+        process.join(max(0.0, deadline - time.perf_counter()))
 
 
 def _drop_queues(spec: ExplorerSpec) -> None:

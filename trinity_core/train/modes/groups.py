@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -149,18 +150,11 @@ def broadcast_state(state: dict[str, Tensor] | None, group: Any, device: torch.d
         if state is not None:
             flat = torch.cat([state[k].detach().reshape(-1).to(device) for k, _ in names])
         else:
-            flat = torch.empty(sum(_numel(shape) for _, shape in names), dtype=dtype, device=device)
+            flat = torch.empty(sum(math.prod(shape) for _, shape in names), dtype=dtype, device=device)
         dist.broadcast(flat, source, group=group)
         flat, at = flat.cpu(), 0
         for k, shape in names:
-            n = _numel(shape)
+            n = math.prod(shape)
             out[k] = flat[at : at + n].view(shape)
             at += n
     return out
-
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
