@@ -116,9 +116,11 @@ def test_fused_large_temperatures_stay_finite() -> None:
 #
 # Tolerances: float64 agrees to 1e-11 relative, float32 to 2e-5 relative, each with an absolute floor of
 # the same factor times the natural scale (loss: the aggregate of |A|·4/τ_pos, which bounds every
-# per-token term; gradient: its largest element). The paths sum in different orders, the kernel takes
-# exp as exp2 (relative error up to |δ·log2 e| ulps, δ up to 20) and the gate's derivative as
-# σ(x)·σ(−x) where autograd takes σ(x)·(1 − σ(x)) (an absolute error of an ulp of 1 in the weight).
+# per-token term; gradient: its largest element). The paths sum in different orders and the kernel takes
+# exp as exp2 (relative error up to |δ·log2 e| ulps, δ up to 20). Per gradient element there is one more
+# allowance, 4 ulps of 1 times 4·max(r, 1)·|A|·c_b (c_b the aggregation weight of the row): autograd
+# differentiates the gate's sigmoid as σ(x)·(1 − σ(x)), whose 1 − σ(x) has an absolute error of half an
+# ulp of 1 (large relative error where σ(x) is close to 1), where the kernel takes σ(x)·σ(−x).
 
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum"]
 TOLERANCE = {torch.float32: 2e-5, torch.float64: 1e-11}
@@ -152,17 +154,35 @@ def random_inputs(seed: int, b: int, t: int, dtype: torch.dtype, density: float)
     }
 
 
+def sigmoid_rounding(x: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+    """Per element, ``4·eps·4·max(r, 1)·|A|·c_b``: the rounding of autograd's sigmoid derivative."""
+    mask, t = x["response_mask"], x["response_mask"].shape[1]
+    dtype = x["old_log_probs"].dtype
+    ratio = torch.where(mask, x["log_prob"] - x["old_log_probs"], 0.0).clamp(-20, 20).exp()
+    per_token = torch.zeros(mask.shape, dtype=dtype, requires_grad=True)
+    (weights,) = torch.autograd.grad(aggregate_loss(per_token, mask, mode, max_tokens=t), per_token)
+    adv = torch.where(mask, x["advantages"], 0.0).abs()
+    return 4 * torch.finfo(dtype).eps * 4.0 * ratio.clamp_min(1) * adv * weights.abs()
+
+
 def assert_paths_agree(
     plain: tuple[torch.Tensor, dict, torch.Tensor],
     fused: tuple[torch.Tensor, dict, torch.Tensor],
     tol: float,
     loss_scale: float,
+    rounding: torch.Tensor | float = 0.0,
 ) -> None:
-    """Loss, gradient and every metric of the two paths agree within ``tol`` (see the tolerances above)."""
+    """Loss, gradient and every metric of the two paths agree within ``tol`` and, per gradient element,
+    ``rounding`` (see the tolerances above)."""
     torch.testing.assert_close(fused[0], plain[0], rtol=tol, atol=tol * loss_scale)
     assert torch.isfinite(plain[2]).all()
     grad_scale = float(plain[2].abs().max()) if plain[2].numel() else 0.0
-    torch.testing.assert_close(fused[2], plain[2], rtol=tol, atol=tol * grad_scale)
+    allowed = tol * grad_scale + tol * plain[2].abs() + rounding
+    excess = (fused[2] - plain[2]).abs() - allowed
+    assert bool((excess <= 0).all()), (
+        f"gradients differ by up to {float((fused[2] - plain[2]).abs().max()):.3g} "
+        f"(over the allowance by {float(excess.max()):.3g})"
+    )
     assert fused[1].keys() == plain[1].keys()
     for key, value in plain[1].items():
         scale = loss_scale if key == "sapo_loss" else 4.0 * max(1.0, float(value.abs()))
@@ -191,7 +211,7 @@ def test_fused_kernel_equals_the_plain_path_in_value_and_gradient(
     plain = run(SAPOPolicyLossFn(**args), x, loss_scale=normalizers)
     with eager_kernel():
         fused = run(SAPOPolicyLossFn(fused=True, **args), x, loss_scale=normalizers)
-    assert_paths_agree(plain, fused, TOLERANCE[dtype], loss_scale)
+    assert_paths_agree(plain, fused, TOLERANCE[dtype], loss_scale, sigmoid_rounding(x, mode))
 
 
 @settings(max_examples=15, deadline=None)
@@ -203,4 +223,5 @@ def test_compiled_kernel_equals_the_plain_path_on_random_data(seed: int, density
     plain = run(SAPOPolicyLossFn(), x)
     fused = run(SAPOPolicyLossFn(fused=True), x)
     loss_scale = float(aggregate_loss(x["advantages"].abs() * 4.0, x["response_mask"]))
-    assert_paths_agree(plain, fused, TOLERANCE[torch.float32], loss_scale)
+    rounding = sigmoid_rounding(x, "token-mean")
+    assert_paths_agree(plain, fused, TOLERANCE[torch.float32], loss_scale, rounding)
