@@ -30,6 +30,9 @@ class LazyExperiences(Sequence[Experience], Generic[_Batch]):
         count: the number of experiences (rows of the batch).
         make: builds the experiences from the batch (called at most once).
         rewards: the rewards the experiences will hold (Python values, as given to the producer).
+        model_version: the version of the policy that sampled every row, when one policy did (a rollout);
+            a reader learns it without making the experiences. None: read each experience's
+            ``info["model_version"]``.
     """
 
     def __init__(
@@ -37,7 +40,9 @@ class LazyExperiences(Sequence[Experience], Generic[_Batch]):
         count: int,
         make: Callable[[_Batch], list[Experience]],
         rewards: Sequence[float | None],
+        model_version: int | None = None,
     ) -> None:
+        self.model_version = model_version
         self._count = count
         self._make = make
         self.rewards = list(rewards)

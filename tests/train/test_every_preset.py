@@ -26,8 +26,8 @@ from trinity_core.config.capabilities import check_capabilities
 from trinity_core.eid import EID
 from trinity_core.experience import Experience
 from trinity_core.train import train
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.teacher import write_answer_experiences
+from trinity_core.train.data.pairs import write_answer_experiences
+from trinity_core.train.models.policy import build_char_tokenizer
 
 PRESETS = sorted(registry.get_registry().names("algorithm"))
 HAS_CRITIC = "critic_path" in ModelConfig.model_fields  # the critic of issue 14 (another branch)

@@ -23,10 +23,10 @@ from safetensors.torch import load_file
 from trinity_core.buffer import make_buffer
 from trinity_core.config import ConfigError, resolve_config
 from trinity_core.train import train
-from trinity_core.train.async_explorer import build_explorer
-from trinity_core.train.async_mode import ExplorerFailed, _death, check_explorer_process
-from trinity_core.train.model import load_policy, prepare_policy
-from trinity_core.train.step_gate import StepGate
+from trinity_core.train.models.policy import load_policy, prepare_policy
+from trinity_core.train.modes.async_mode import ExplorerFailed, _death, check_explorer_process
+from trinity_core.train.modes.explorer_process import build_explorer
+from trinity_core.train.modes.step_gate import StepGate
 
 CONFIG: dict[str, Any] = {
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},

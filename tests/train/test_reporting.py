@@ -18,10 +18,11 @@ from trinity_core.cli.main import main
 from trinity_core.config import resolve_config
 from trinity_core.eid import EID
 from trinity_core.experience import Experience
+from trinity_core.lm.sampling import Rollout
 from trinity_core.train import train
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.plot import plot_figure
-from trinity_core.train.reporting import (
+from trinity_core.train.models.policy import build_char_tokenizer
+from trinity_core.train.report.plot import plot_figure
+from trinity_core.train.report.reporting import (
     SampleLog,
     StepRate,
     format_figures,
@@ -30,7 +31,6 @@ from trinity_core.train.reporting import (
     rl_figures,
     run_summary,
 )
-from trinity_core.train.rollout import Rollout
 
 CONFIG: dict[str, Any] = {
     "trainer": {"total_steps": 4, "checkpoint_every": 0, "progress": False, "threads": 1},

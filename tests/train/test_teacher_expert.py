@@ -24,9 +24,9 @@ from trinity_core.config.capabilities import check_capabilities, missing_capabil
 from trinity_core.eid import EID
 from trinity_core.experience import Experience
 from trinity_core.train import train
-from trinity_core.train.expert import ExpertData, expert_ratio, load_expert_data
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.teacher import write_answer_experiences
+from trinity_core.train.data.pairs import write_answer_experiences
+from trinity_core.train.learner.expert import ExpertData, expert_ratio, load_expert_data
+from trinity_core.train.models.policy import build_char_tokenizer
 
 # ------------------------------------------------------------------------------------- expert rows
 

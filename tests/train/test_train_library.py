@@ -13,11 +13,11 @@ import torch
 from rollout_support import TINY_MODEL
 
 from trinity_core.cli.main import main
+from trinity_core.lm.sampling import Rollout, encode_prompts
 from trinity_core.train import train
-from trinity_core.train.explorer import Explorer
-from trinity_core.train.loop import lr_scheduler
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.rollout import Rollout, encode_prompts
+from trinity_core.train.explorer.explorer import Explorer
+from trinity_core.train.learner.optimizer import lr_scheduler
+from trinity_core.train.models.policy import build_char_tokenizer
 
 
 def _factor(kind: str, s: int, warmup: int, total: int) -> float:

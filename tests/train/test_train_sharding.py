@@ -43,7 +43,7 @@ def test_the_shipped_accelerate_configs_are_valid_for_the_installed_accelerate(
 
 
 def test_a_launch_that_asks_for_sharding_and_runs_ddp_is_a_warning() -> None:
-    from trinity_core.train.sharding import sharding_fallback
+    from trinity_core.train.modes.sharding import sharding_fallback
 
     message = sharding_fallback("MULTI_CPU", {"ACCELERATE_USE_FSDP": "true"})
     assert message is not None

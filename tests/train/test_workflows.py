@@ -19,7 +19,7 @@ from trinity_core import registry
 from trinity_core.components import Workflow
 from trinity_core.experience import Experience
 from trinity_core.train import train
-from trinity_core.train.model import build_char_tokenizer, tiny_model
+from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
 from trinity_core.workflows import (
     Conversation,
     GenerationEngine,

@@ -74,7 +74,7 @@ import torch
 from pydantic import Field
 
 from trinity_core.components import ComponentArgs
-from trinity_core.train.tasks import Task
+from trinity_core.train.data.tasks import Task
 
 
 class _Args(ComponentArgs):

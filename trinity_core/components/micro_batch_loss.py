@@ -1,9 +1,9 @@
 """The loss of one micro-batch: policy loss + KL loss − entropy bonus, as ``trinity train`` forms it.
 
-One function, :func:`micro_batch_loss`, used by the learner's update
-(:meth:`trinity_core.train.learner.Learner.backward_minibatch`) and by the integrations (TRL's trainer,
-through :func:`trinity_core.integrations.components.total_loss`), so that every way of training with
-our components computes the same loss and the same gradient::
+One function, :func:`micro_batch_loss`, used by the learner's update (:meth:`~trinity_core.train.
+learner.learner.Learner.backward_minibatch`) and by the integrations (TRL's trainer, through
+:func:`trinity_core.integrations.components.total_loss`), so that every way of training with our
+components computes the same loss and the same gradient::
 
     loss = policy_loss(logprob, ..., loss_scale=pg_scale)
          + kl_loss.calculate_kl_loss(logprob, ref_logprob, mask, old_logprob=..., loss_scale=scale)
@@ -18,6 +18,7 @@ separately (the MIX losses' rollout / expert counts). Every term is aggregated w
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,7 +26,21 @@ from torch import Tensor
 
 from trinity_core.ops.loss_scale import LossScale
 
-__all__ = ["extra_inputs", "micro_batch_loss"]
+__all__ = [
+    "LOSS_SCALE_BUILDER",
+    "builds_loss_scale",
+    "extra_inputs",
+    "micro_batch_loss",
+    "own_loss_scale",
+]
+
+LOSS_SCALE_BUILDER = "build_loss_scale"
+"""Name of the classmethod ``build_loss_scale(micro_batches, *, max_tokens, all_reduce)`` with which a
+policy loss builds its own ``loss_scale`` from the step's micro-batches (a dict of columns each), when a
+plain :class:`~trinity_core.ops.LossScale` does not fit it (the MIX losses count rollout and expert rows
+separately)."""
+
+_OLD_BUILDER = "conformance_loss_scale"
 
 
 def _name(component: Any) -> str:
@@ -38,6 +53,39 @@ def extra_inputs(component: Any, columns: Mapping[str, Tensor], given: Sequence[
     the ``mix`` entropy loss), among those the step has."""
     params = inspect.signature(type(component).__call__).parameters
     return {k: columns[k] for k in params if k in columns and k not in given}
+
+
+def own_loss_scale(
+    loss_class: type,
+    micro_batches: Sequence[Mapping[str, Tensor]],
+    *,
+    max_tokens: float | None,
+    all_reduce: bool,
+) -> Any | None:
+    """The ``loss_scale`` a policy loss class builds for itself (:data:`LOSS_SCALE_BUILDER`), or None when
+    it builds none (the caller then uses the step's :class:`~trinity_core.ops.LossScale`).
+
+    ``conformance_loss_scale``, the builder's name before, still works for one release, with a warning.
+    """
+    builder = getattr(loss_class, LOSS_SCALE_BUILDER, None)
+    if builder is None and callable(getattr(loss_class, _OLD_BUILDER, None)):
+        warnings.warn(
+            f"{loss_class.__qualname__}.{_OLD_BUILDER} is read as {LOSS_SCALE_BUILDER}; rename it (the old "
+            "name goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        builder = getattr(loss_class, _OLD_BUILDER)
+    if not callable(builder):
+        return None
+    return builder(list(micro_batches), max_tokens=max_tokens, all_reduce=all_reduce)
+
+
+def builds_loss_scale(loss_class: type) -> bool:
+    """Whether ``loss_class`` builds its own ``loss_scale`` (see :func:`own_loss_scale`)."""
+    return callable(getattr(loss_class, LOSS_SCALE_BUILDER, None)) or callable(
+        getattr(loss_class, _OLD_BUILDER, None)
+    )
 
 
 def micro_batch_loss(

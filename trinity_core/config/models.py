@@ -194,6 +194,12 @@ class RolloutConfig(Section):
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold (1: off).")
     top_k: int = Field(default=0, ge=0, description="Top-k sampling (0: off).")
+    min_new_tokens: int = Field(
+        default=1,
+        ge=0,
+        description="End-of-sequence is never sampled before this many tokens of a response (of each turn); "
+        "the learner's log-probs and entropy leave it out there too.",
+    )
     max_new_tokens: int | None = Field(
         default=None, ge=1, description="Longest response, in tokens; unset: the task's answer budget."
     )

@@ -22,8 +22,8 @@ from torch import Tensor
 from trinity_core.batch import BATCH_RESPONSE_FIELDS, ExperienceBatch
 from trinity_core.components import TrainerAdvantage
 from trinity_core.testing._core import ConformanceError, Subject, check, skip_check
-from trinity_core.testing._hostsync import count_host_syncs
 from trinity_core.testing._inputs import GROUP_SIZE, group_experiences
+from trinity_core.testing.host_syncs import count_host_syncs
 
 __all__ = ["COLUMNS_HOOK", "INDEPENDENCE_ATTRIBUTE", "is_trainer_advantage", "trainer_batch"]
 

@@ -28,7 +28,7 @@ _TINY = {
 
 def run_workflow(subject: Subject, *, runs: int = 2) -> list[Experience]:
     """The experiences of ``runs`` runs of the subject on its conformance task (tiny model, seeded)."""
-    from trinity_core.train.model import build_char_tokenizer, tiny_model
+    from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
     from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
 
     cls = subject.obj

@@ -25,8 +25,9 @@ from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig, chec
 from trinity_core.config.layers import apply_overrides
 from trinity_core.config.loading import read_yaml_mapping
 from trinity_core.extras import require_extra
-from trinity_core.train.accelerator import check_launch, make_accelerator
-from trinity_core.train.checkpoint import CONFIG_FILE
+from trinity_core.train.checkpoints.commit import CONFIG_FILE
+from trinity_core.train.modes.accelerator import check_launch, make_accelerator
+from trinity_core.train.report.result import SUMMARY_FILE
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -215,13 +216,15 @@ def _hook_failure(exc: BaseException, pm: Any) -> Any | None:
 
 def _where_to_continue(run_dir: Path) -> str:
     """How to continue after a failure: from the last complete checkpoint, or from the start."""
-    from trinity_core.train.checkpoint import LATEST
+    from trinity_core.train.checkpoints.commit import CheckpointError, latest_checkpoint
 
-    pointer = run_dir / "checkpoints" / LATEST
-    if pointer.exists():
-        name = pointer.read_text(encoding="utf-8").strip()
-        return f"checkpoint {name} is intact: continue with trinity train --resume {run_dir}"
-    return f"no checkpoint was written yet: start again with --overwrite --run-dir {run_dir}"
+    try:
+        path = latest_checkpoint(run_dir, warn=lambda message: None)
+    except CheckpointError:
+        path = None
+    if path is not None:
+        return f"checkpoint {path.name} is intact: continue with trinity train --resume {run_dir}"
+    return f"no intact checkpoint was written yet: start again with --overwrite --run-dir {run_dir}"
 
 
 def _run(trainer: Any) -> Any:
@@ -270,7 +273,7 @@ def train(
         profile: time the parts of each step.
 
     Returns:
-        :class:`~trinity_core.train.loop.TrainResult`.
+        :class:`~trinity_core.train.report.result.TrainResult`.
 
     Raises:
         RunDirError: the run directory is in use, cannot be written, holds another run, or (resume)
@@ -278,34 +281,7 @@ def train(
         ConfigError: an invalid configuration, or ``--config`` / a ``--set`` that cannot change on resume.
     """
     require_extra("train", "trinity train")
-    from trinity_core.train.loop import Trainer
-    from trinity_core.train.reporting import init_trackers
-
-    if resume is not None:
-        path = Path(resume)
-        if config is not None:
-            raise ConfigError(
-                [ConfigProblem("--config", "a resumed run uses its saved config.yaml; drop --config")]
-            )
-        if run_dir is not None and Path(run_dir).resolve() != path.resolve():
-            raise RunDirError(
-                f"--resume {path} continues that run in its own directory; drop --run-dir {run_dir}"
-            )
-        _check_resume_overrides(overrides)
-        if not (path / CONFIG_FILE).exists():
-            raise RunDirError(f"--resume {path}: no {CONFIG_FILE} there; is this a trinity run directory?")
-        data = apply_overrides(read_yaml_mapping(path / CONFIG_FILE), overrides)
-        run_path = path
-    else:
-        data = {}  # only a resumed run writes its data back
-        run_path = Path(run_dir) if run_dir is not None else None  # type: ignore[assignment]
-    if resume is None:
-        # The embedded default's algorithm keys rank below a preset the user switches to (layers.py).
-        source = str(config) if isinstance(config, os.PathLike) else config
-        resolved = resolve_config(source, overrides=overrides, embedded=DEFAULT_CONFIG)
-    else:
-        resolved = resolve_config(data)
-    check_capabilities(resolved)  # before anything is written: a missing teacher, expert data, ...
+    resolved, run_path, saved = _resolve(config, overrides, run_dir, resume)
     if run_path is None:
         run_path = Path(resolved.trainer.run_dir) if resolved.trainer.run_dir else default_run_dir(resolved)
     acc = make_accelerator(resolved, run_path)
@@ -313,37 +289,102 @@ def train(
         from accelerate.utils import broadcast_object_list
 
         holder = [str(run_path)]
-        broadcast_object_list(holder)
+        broadcast_object_list(holder)  # every rank writes where the main rank's clock named the run
         run_path = Path(holder[0])
     lock, created = None, False
     if acc.is_main_process:
         created = not run_path.exists()
         lock = lock_run_dir(run_path)
+    try:
+        return _start(
+            resolved,
+            run_path,
+            acc,
+            resume=resume is not None,
+            overwrite=overwrite,
+            profile=profile,
+            saved=saved if overrides else None,
+        )
+    finally:
+        if lock is not None:
+            _release(lock, run_path, remove_if_unused=created)
+
+
+def _resolve(
+    config: Mapping[str, Any] | str | os.PathLike[str] | None,
+    overrides: Sequence[str],
+    run_dir: str | os.PathLike[str] | None,
+    resume: str | os.PathLike[str] | None,
+) -> tuple[ResolvedConfig, Path | None, dict[str, Any]]:
+    """The run's resolved config, its directory when known, and (resume) the saved config's data with
+    the overrides applied."""
+    if resume is None:
+        # The embedded default's algorithm keys rank below a preset the user switches to (layers.py).
+        source = str(config) if isinstance(config, os.PathLike) else config
+        resolved = resolve_config(source, overrides=overrides, embedded=DEFAULT_CONFIG)
+        check_capabilities(resolved)  # before anything is written: a missing teacher, expert data, ...
+        return resolved, Path(run_dir) if run_dir is not None else None, {}
+    path = Path(resume)
+    if config is not None:
+        raise ConfigError(
+            [ConfigProblem("--config", "a resumed run uses its saved config.yaml; drop --config")]
+        )
+    if run_dir is not None and Path(run_dir).resolve() != path.resolve():
+        raise RunDirError(
+            f"--resume {path} continues that run in its own directory; drop --run-dir {run_dir}"
+        )
+    _check_resume_overrides(overrides)
+    if not (path / CONFIG_FILE).exists():
+        raise RunDirError(f"--resume {path}: no {CONFIG_FILE} there; is this a trinity run directory?")
+    data = apply_overrides(read_yaml_mapping(path / CONFIG_FILE), overrides)
+    resolved = resolve_config(data)
+    check_capabilities(resolved)
+    return resolved, path, data
+
+
+def _start(
+    resolved: ResolvedConfig,
+    run_path: Path,
+    acc: Any,
+    *,
+    resume: bool,
+    overwrite: bool,
+    profile: bool,
+    saved: dict[str, Any] | None,
+) -> Any:
+    """Check the run directory on every rank, build the run, prepare the directory, and train.
+
+    ``saved``: a resumed run's config data with its ``--set`` overrides, written back to config.yaml so
+    that a later ``--resume`` continues the extended run.
+    """
+    from trinity_core.train.modes.runner import Runner
+    from trinity_core.train.report.reporting import init_trackers
+
     trainer = None
     try:
-        if resume is None and _holds_files(run_path) and not overwrite:
+        if not resume and _holds_files(run_path) and not overwrite:
             prepare_run_dir(run_path, resolved, resume=False, overwrite=False, is_main=False)  # raises
         # Every rank has looked at the directory before the main one writes into it: a rank still
         # looking would take the main rank's fresh config.yaml for another run's.
         acc.wait_for_everyone()
         # Everything that can fail on bad input (task, rewards, components, model, checkpoint) is built
         # before the run directory is written.
-        trainer = Trainer(resolved, run_path, accelerator=acc, resume=resume is not None, profile=profile)
-        if resume is not None and trainer.start_step >= trainer.total_steps:
+        trainer = Runner(resolved, run_path, accelerator=acc, resume=resume, profile=profile)
+        # A run killed after its last checkpoint but before its summary has no step left to train; it
+        # goes on to write its end (evaluation, model/, plot.png, summary.json, which is written last).
+        if resume and trainer.start_step >= trainer.total_steps and (run_path / SUMMARY_FILE).exists():
             raise RunFinished(
                 f"run {run_path} already trained {trainer.start_step} of trainer.total_steps = "
                 f"{trainer.total_steps} steps: nothing to do; to train further, add --set "
                 "trainer.total_steps=N with a larger N"
             )
         if acc.is_main_process:
-            prepare_run_dir(run_path, resolved, resume=resume is not None, overwrite=overwrite, is_main=True)
-        if resume is not None and overrides and acc.is_main_process:
-            _dump_yaml(run_path / CONFIG_FILE, data)  # a later --resume continues the extended run
+            prepare_run_dir(run_path, resolved, resume=resume, overwrite=overwrite, is_main=True)
+        if resume and saved is not None and acc.is_main_process:
+            _dump_yaml(run_path / CONFIG_FILE, saved)
         acc.wait_for_everyone()
         init_trackers(acc, resolved)
         return _run(trainer)
     finally:
         if trainer is not None:
             trainer.event_loop.close()
-        if lock is not None:
-            _release(lock, run_path, remove_if_unused=created)

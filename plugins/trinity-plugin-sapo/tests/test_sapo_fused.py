@@ -15,7 +15,7 @@ from trinity_plugin_sapo import SAPOPolicyLossFn
 from trinity_plugin_sapo._kernel import SAPO_KERNEL
 
 from trinity_core.ops import aggregate_loss, global_normalizers
-from trinity_core.testing._hostsync import count_host_syncs
+from trinity_core.testing.host_syncs import count_host_syncs
 
 
 def inputs(seed: int, b: int = 8, t: int = 48) -> dict[str, torch.Tensor]:

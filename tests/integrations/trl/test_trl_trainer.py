@@ -15,10 +15,10 @@ from trl import GRPOConfig
 
 from trinity_core.integrations.trl import TrinityGRPOTrainer
 from trinity_core.ops.loss_scale import global_normalizers
-from trinity_core.train.learner import Learner
-from trinity_core.train.model import build_char_tokenizer, tiny_model
-from trinity_core.train.tasks import CopyTask
-from trinity_core.train.update import response_logprobs
+from trinity_core.train.data.tasks import CopyTask
+from trinity_core.train.learner.learner import Learner
+from trinity_core.train.learner.logprobs import response_logprobs
+from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
 
 G = 4
 

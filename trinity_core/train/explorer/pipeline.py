@@ -1,0 +1,98 @@
+"""The explorer's one path from a step's experiences to the buffer, for rollouts and workflows alike.
+
+::
+
+    experiences -> trinity_process_experiences (pluggy stage)    when a plugin implements it
+                -> the preset's add strategy                       (it writes the buffer itself)
+                or its pipeline-side advantage function
+                -> the buffer
+
+The experiences arrive as a sequence: a rollout's are a :class:`~trinity_core.lazy.LazyExperiences`
+over one columnar batch (:func:`~trinity_core.train.explorer.experiences.rollout_batch`), whose
+``Experience`` objects are made only if a stage reads them; a workflow's are the list it made. Stages
+that read columns (a group advantage with an exact columnar path, the buffer) take the batch while the
+experiences were never made; a stage that reads objects makes them, once. The result is the same either
+way (tested).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, cast
+
+from trinity_core.batch import GROUP_LEVELS, ExperienceBatch, GroupLevel, LazyExperiences
+from trinity_core.buffer import BufferWriter
+from trinity_core.components import GroupAdvantage, Metrics
+from trinity_core.experience import Experience
+from trinity_core.hooks import run_experience_pipeline
+from trinity_core.train.explorer.columnar import columnar_levels, pipeline_advantage_on_batch
+
+__all__ = ["ExperiencePipeline"]
+
+Written = ExperienceBatch | Sequence[Experience]
+
+
+class ExperiencePipeline:
+    """A step's experiences through the hook stage and the advantage into the buffer.
+
+    Args:
+        components: the run's components (add strategy, pipeline-side advantage).
+        pm: the plugin manager (the ``trinity_process_experiences`` stage).
+        writer: the buffer the experiences go to.
+        event_loop: runs the buffer's and the add strategy's coroutines.
+    """
+
+    def __init__(
+        self, components: Any, pm: Any, writer: BufferWriter, event_loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Decide once which stages the run has and whether its steps can stay columnar."""
+        self.components, self.pm, self.writer, self.event_loop = components, pm, writer, event_loop
+        self.hooks = bool(pm.hook.trinity_process_experiences.get_hookimpls())
+        self.columnar = columnar_levels(components, pm)
+
+    @property
+    def group_levels(self) -> tuple[GroupLevel, ...]:
+        """The group levels a rollout's batch is built with (only those a columnar stage reads)."""
+        return self.columnar if self.columnar is not None else GROUP_LEVELS
+
+    def __call__(self, experiences: Sequence[Experience], step: int) -> Metrics:
+        """Run the stages on ``experiences`` of step ``step``; return the advantage's metrics."""
+        comps = self.components
+        if self.hooks:
+            experiences = run_experience_pipeline(self.pm, list(experiences), step)
+        if comps.add_strategy is not None:
+            _, added = self.event_loop.run_until_complete(comps.add_strategy.add(list(experiences), step))
+            return cast(Metrics, added)
+        written: Written = experiences
+        metrics: Metrics = {}
+        if comps.advantage is not None and not comps.advantage_in_trainer:
+            written, metrics = self._advantage(experiences)
+        self._write(written)
+        return metrics
+
+    def _advantage(self, experiences: Sequence[Experience]) -> tuple[Written, Metrics]:
+        """The pipeline-side advantage: on the columns while the experiences were never made."""
+        advantage = self.components.advantage
+        if self.columnar is not None and _unmade(experiences):
+            batch = cast(LazyExperiences[ExperienceBatch], experiences).batch
+            assert batch is not None  # a rollout batch is attached to its experiences when built
+            return pipeline_advantage_on_batch(cast(GroupAdvantage, advantage), batch)
+        exps, metrics = advantage(list(experiences))
+        return exps, metrics
+
+    def _write(self, written: Written) -> None:
+        """Into the buffer: a batch whose experiences were never made is stored as it is."""
+        if isinstance(written, ExperienceBatch):
+            self.event_loop.run_until_complete(self.writer.write_batch(written))
+        elif _unmade(written):
+            batch = cast(LazyExperiences[ExperienceBatch], written).batch
+            assert batch is not None
+            self.event_loop.run_until_complete(self.writer.write_batch(batch))
+        else:
+            self.event_loop.run_until_complete(self.writer.write(list(written)))
+
+
+def _unmade(experiences: Sequence[Experience]) -> bool:
+    """Whether ``experiences`` are the lazily made experiences of a batch, not made yet."""
+    return isinstance(experiences, LazyExperiences) and not experiences.materialized
