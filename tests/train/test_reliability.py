@@ -203,7 +203,7 @@ def test_a_metrics_hook_that_raises_is_one_line(
         pm.unregister(name="raising-observer")
     assert code == 1
     assert one_line(err) == (
-        "trinity: error: trinity_on_metrics of plugin 'raising-observer' raised after step 1: "
+        "trinity train: error: trinity_on_metrics of plugin 'raising-observer' after step 1 raised "
         "KeyError('reward/mean'); fix or uninstall the plugin, then resume: checkpoint step-000001 is "
         f"intact: continue with trinity train --resume {tmp_path / 'run'}"
     )
@@ -490,7 +490,8 @@ def test_extending_a_finished_run_continues_from_its_last_checkpoint(
             ["--set", "trainer.lr=0.1"],
             "trinity: error: trainer.lr: a resumed run keeps its saved config.yaml: changing this key would "
             "change the run already trained; on --resume, --set accepts only trainer.total_steps, "
-            "trainer.checkpoint_every, trainer.keep_checkpoints, trainer.progress, trainer.threads, "
+            "trainer.checkpoint_every, trainer.keep_checkpoints, trainer.progress, trainer.progress_metrics, "
+            "trainer.threads, "
             "synchronizer.explorer_threads, synchronizer.learner_threads, synchronizer.explorer_process",
         ),
     ],

@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,15 @@ import torch
 from trinity_core.train.checkpoints import commit as ckpt
 from trinity_core.train.checkpoints.commit import CheckpointError
 
-__all__ = ["BufferCursor", "RankStates", "SchedulerState", "load_run", "register", "save_run"]
+__all__ = [
+    "BufferCursor",
+    "RankStates",
+    "SchedulerState",
+    "load_run",
+    "load_run_from",
+    "register",
+    "save_run",
+]
 
 STATE = "state.json"
 LAYOUT = "accelerate"
@@ -134,8 +142,14 @@ def register(accelerator: Any, learner: Any, task_generator: torch.Generator, ta
     held[2].task_generator, held[2].task = task_generator, task
 
 
-def save_run(run_dir: Path, step: int, accelerator: Any, keep: int) -> None:
-    """Write the checkpoint of ``step`` atomically with ``accelerator.save_state`` (all ranks call it)."""
+def save_run(
+    run_dir: Path, step: int, accelerator: Any, keep: int, extra: Callable[[Path], None] | None = None
+) -> None:
+    """Write the checkpoint of ``step`` atomically with ``accelerator.save_state`` (all ranks call it).
+
+    ``extra(directory)``, called on every rank before the commit, writes more of the run's state into
+    the checkpoint's directory (each rank its own files).
+    """
     root = run_dir / "checkpoints"
     tmp = root / f".tmp-{ckpt.step_dir_name(step)}"
     if accelerator.is_main_process:
@@ -143,6 +157,8 @@ def save_run(run_dir: Path, step: int, accelerator: Any, keep: int) -> None:
     accelerator.wait_for_everyone()
     with _tied_weights_quiet():
         accelerator.save_state(str(tmp))
+    if extra is not None:
+        extra(tmp)
     if accelerator.is_main_process:
         meta = {
             "step": step,
@@ -202,7 +218,8 @@ def load_run(
     run_dir: Path, accelerator: Any, learner: Any, task_generator: torch.Generator, task: Any = None
 ) -> int:
     """Restore the last intact checkpoint of ``run_dir`` (this layout or the one before, see
-    :mod:`~trinity_core.train.checkpoints.legacy`); return its step.
+    :mod:`~trinity_core.train.checkpoints.legacy`); return its step (:func:`load_run_from` also gives its
+    directory).
 
     The metrics of steps after the checkpoint are dropped from ``metrics.jsonl`` (they are replayed).
 
@@ -210,7 +227,14 @@ def load_run(
         CheckpointError: no intact checkpoint, another world size or precision, or states that do not
             fit this run (another model, no critic).
     """
-    _path, meta = _restore_newest(run_dir, accelerator, learner, task_generator, task)
+    return load_run_from(run_dir, accelerator, learner, task_generator, task)[0]
+
+
+def load_run_from(
+    run_dir: Path, accelerator: Any, learner: Any, task_generator: torch.Generator, task: Any = None
+) -> tuple[int, Path]:
+    """:func:`load_run`, returning the step and the checkpoint directory it restored."""
+    path, meta = _restore_newest(run_dir, accelerator, learner, task_generator, task)
     step = int(meta["step"])
     metrics = run_dir / "metrics.jsonl"
     if accelerator.is_main_process and metrics.exists():
@@ -219,7 +243,7 @@ def load_run(
         tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         os.replace(tmp, metrics)
     accelerator.wait_for_everyone()
-    return step
+    return step, path
 
 
 def _restore_newest(

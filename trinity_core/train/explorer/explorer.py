@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from trinity_core.buffer import BufferWriter
+from trinity_core.components.faults import FINITE_PREFIX
 from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.lm.sampling import Rollout, decode_completions, generate
@@ -197,7 +198,7 @@ class Explorer:
         """The step's experiences through the pipeline into the buffer; return the explorer's metrics."""
         adv_metrics = self.pipeline(self.experiences(explored), explored.step)
         metrics = {
-            f"advantage/{k}": torch.as_tensor(v)
+            k if k.startswith(FINITE_PREFIX) else f"advantage/{k}": torch.as_tensor(v)
             for k, v in adv_metrics.items()
             if isinstance(v, Tensor | float | int)
         }

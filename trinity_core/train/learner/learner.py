@@ -29,6 +29,7 @@ from torch import Tensor
 
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import BufferReader, MemoryReader
+from trinity_core.components.faults import component_label, raise_on_non_finite
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
 from trinity_core.lm.distribution import SamplingDistribution
 from trinity_core.train.data.stored import StoredExperiences
@@ -274,15 +275,36 @@ class Learner:
 
     # ------------------------------------------------------------------ helpers
 
-    def reduce(self, metrics: dict[str, Tensor]) -> dict[str, float]:
-        """The step's metrics averaged over ranks: one reduction, one host transfer."""
+    def reduce(self, metrics: dict[str, Tensor], step: int = -1) -> dict[str, float]:
+        """The step's metrics averaged over ranks: one reduction, one host transfer.
+
+        Raises:
+            ComponentFault: a component produced a NaN or infinite loss or advantage this step (its
+                ``_finite/<kind>`` flag, :mod:`trinity_core.components.faults`), before anything of the
+                step is recorded or checkpointed.
+        """
         keys = sorted(metrics)
         stacked = torch.stack(
             [torch.as_tensor(metrics[k]).to(self.acc.device, torch.float64).reshape(()) for k in keys]
         )
         if self.acc.num_processes > 1:
             stacked = self.acc.reduce(stacked, reduction="mean")
-        return dict(zip(keys, stacked.tolist(), strict=True))
+        out = dict(zip(keys, stacked.tolist(), strict=True))
+        raise_on_non_finite(out, self._labels(), step)
+        return out
+
+    def _labels(self) -> dict[str, str]:
+        """``kind -> component label`` of the run's components (for fault messages)."""
+        comps = self.components
+        roles = {
+            "policy_loss": comps.policy_loss,
+            "kl_fn": comps.kl_loss or comps.kl_penalty,
+            "entropy_loss": comps.entropy,
+            "advantage_fn": comps.advantage,
+            "add_strategy": comps.add_strategy,
+            "value_loss": getattr(comps, "value_loss", None),
+        }
+        return {kind: component_label(kind, c) for kind, c in roles.items() if c is not None}
 
     def trim_buffer(self) -> None:
         """Free what was read: the memory buffer keeps every item it was given, and an on-policy learner

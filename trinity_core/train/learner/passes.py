@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from trinity_core.batch import ExperienceBatch
+from trinity_core.components.faults import ComponentFault, call_component, component_label, finite_flag
 from trinity_core.lm.distribution import SamplingDistribution
 from trinity_core.train.learner.critic import Critic
 from trinity_core.train.learner.logprobs import response_logprobs
@@ -162,8 +163,14 @@ class KLPenalty:
         if old is None:
             with torch.no_grad():
                 old = inputs.logprobs(self.policy, self.share_prompts)
-        scores, metrics = self.kl_fn.apply_kl_penalty_to_reward(
-            batch.token_level_scores(), old, batch.extras["ref_logprobs"], inputs.mask
+        scores, metrics = call_component(
+            "kl_fn",
+            self.kl_fn,
+            self.kl_fn.apply_kl_penalty_to_reward,
+            batch.token_level_scores(),
+            old,
+            batch.extras["ref_logprobs"],
+            inputs.mask,
         )
         batch.token_level_reward = scores
         return {f"kl_penalty/{k}": v for k, v in metrics.items()}
@@ -177,13 +184,22 @@ class TrainerAdvantage:
         self.advantage = advantage
 
     def __call__(self, inputs: StepInputs, step: int) -> dict[str, Tensor]:
-        """Set the batch's advantages (and returns); return ``advantage/<metric>``."""
-        inputs.batch, metrics = self.advantage(inputs.batch)
-        return {
+        """Set the batch's advantages (and returns); return ``advantage/<metric>`` and the finiteness flag of
+        the advantages."""
+        batch, metrics = call_component("advantage_fn", self.advantage, self.advantage, inputs.batch)
+        if not isinstance(batch, ExperienceBatch) or batch.advantages is None:
+            raise ComponentFault(
+                f"{component_label('advantage_fn', self.advantage)} returned no batch with advantages "
+                f"({type(batch).__name__}); return the batch with its advantages set, and the metrics"
+            )
+        inputs.batch = batch
+        out = {
             f"advantage/{k}": torch.as_tensor(v)
             for k, v in metrics.items()
             if isinstance(v, Tensor | float | int)
         }
+        out.update([finite_flag("advantage_fn", batch.advantages)])
+        return out
 
 
 def build_passes(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -72,6 +73,8 @@ class StepRecorder:
         self._log: TextIO | None = None
         self._bar: Any = None
         self.report: RunReport | None = None
+        self.extra_state: Callable[[Path], None] | None = None
+        """Writes more of the run's state into each checkpoint (the explorer's, when it runs ahead)."""
 
     def open(self, start_step: int, tokenizer: Any) -> RunReport:
         """Open ``metrics.jsonl`` (main process), the progress bar and the run's report."""
@@ -103,7 +106,7 @@ class StepRecorder:
         self, step: int, metrics: dict[str, Tensor], wall: float, explorer_busy: float, learner_busy: float
     ) -> dict[str, float]:
         """Reduce the step's metrics over ranks; add the learning rate, throughput and idle fractions."""
-        out = self.learner.reduce(metrics)
+        out = self.learner.reduce(metrics, step)
         world = self.acc.num_processes
         experiences = out.pop("learner/experiences", math.nan) * world
         tokens = out.pop("learner/tokens", math.nan) * world
@@ -160,7 +163,8 @@ class StepRecorder:
                     f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); not checkpointed. "
                     f"{self._last_good()}; lower trainer.lr or set trainer.grad_clip, then resume"
                 )
-        checkpoints.save_run(self.run_dir, step, self.acc, self.config.trainer.keep_checkpoints)
+        keep = self.config.trainer.keep_checkpoints
+        checkpoints.save_run(self.run_dir, step, self.acc, keep, extra=self.extra_state)
 
     def _last_good(self) -> str:
         """Where a resume of this run starts, in words."""
