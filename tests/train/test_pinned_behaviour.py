@@ -24,7 +24,7 @@ from trinity_core.experience import EID, Experience
 from trinity_core.train.checkpoints.commit import intact_checkpoints, write_manifest
 from trinity_core.train.data.tasks import build_task
 from trinity_core.train.learner.critic import response_values
-from trinity_core.train.learner.staleness import keep_fresh
+from trinity_core.train.learner.staleness import keep_fresh, row_versions
 from trinity_core.workflows import SingleTurnWorkflow, make_tasks
 
 # ------------------------------------------------------------------------------------- critic alignment
@@ -63,13 +63,66 @@ def test_staleness_keeps_rows_exactly_max_staleness_old_and_drops_older() -> Non
     assert kept is not None
     assert [e.info["model_version"] for e in kept.experiences] == [5, 4, 3]
     assert metrics["staleness/dropped"].item() == 1.0
+    assert metrics["staleness/dropped"].dtype == torch.float64
     assert metrics["staleness/max"].item() == 3.0
     assert metrics["staleness/mean"].item() == pytest.approx(1.5)
-    everything, _ = keep_fresh(_batch([5, 4, 3, 2]), 5, max_staleness=3)
-    assert everything is not None and len(everything) == 4  # noqa: PT018
+    whole = _batch([5, 4, 3, 2])
+    everything, _ = keep_fresh(whole, 5, max_staleness=3)
+    assert everything is whole  # every row within the bound (3 included): the batch as it is
     none, metrics = keep_fresh(_batch([2, 2]), 5, max_staleness=2)
     assert none is None
     assert metrics["staleness/dropped"].item() == 2.0
+
+
+def test_staleness_metrics_are_float64_and_a_batch_within_bounds_is_kept_whole() -> None:
+    batch = _batch([5, 4])
+    kept, metrics = keep_fresh(batch, 5, max_staleness=None)
+    assert kept is batch
+    assert {k: (v.dtype, v.item()) for k, v in metrics.items()} == {
+        "staleness/mean": (torch.float64, 0.5),
+        "staleness/max": (torch.float64, 1.0),
+        "staleness/dropped": (torch.float64, 0.0),
+    }
+
+
+def test_a_row_without_a_recorded_version_counts_as_current() -> None:
+    unversioned = Experience(eid=EID(batch=0, task=9, run=0), tokens=[1, 2], prompt_length=1, reward=0.0)
+    exps = [*_batch([3]).experiences, unversioned]
+    batch = ExperienceBatch.from_experiences(exps, pad_token_id=0)
+    assert row_versions(batch, 7).tolist() == [3, 7]
+    assert row_versions(batch, 7).dtype == torch.int64
+    kept, metrics = keep_fresh(batch, 3, max_staleness=0)  # the unversioned row is as fresh as can be
+    assert kept is batch
+    assert metrics["staleness/max"].item() == 0.0
+
+
+def test_the_kept_rows_keep_the_batch_padding_and_group_levels() -> None:
+    exps = [
+        Experience(eid=EID(batch=0, task=i // 2, run=i % 2), tokens=[1, 2, 3], prompt_length=1,
+                   reward=float(i), info={"model_version": v})
+        for i, v in enumerate([5, 1, 5, 5])
+    ]  # fmt: skip
+    batch = ExperienceBatch.from_experiences(exps, pad_token_id=7, group_levels=("task",))
+    kept, _ = keep_fresh(batch, 5, max_staleness=0)
+    assert kept is not None
+    assert kept.pad_token_id == 7
+    assert set(kept.group_index) == {"task"}
+    assert kept.rewards.tolist() == [0.0, 2.0, 3.0]
+
+
+def test_a_columnar_batch_gives_its_one_version_without_making_experiences() -> None:
+    from rollout_support import random_rollout
+
+    from trinity_core.train.explorer.experiences import rollout_batch
+
+    batch = rollout_batch(
+        random_rollout([2, 2], [2, 2], 0), [1.0, 0.0], step=0, group_size=2, model_version=4
+    )
+    assert row_versions(batch, 9).tolist() == [4, 4]
+    assert row_versions(batch, 9).dtype == torch.int64
+    assert not batch.experiences.materialized  # type: ignore[attr-defined]
+    unversioned = rollout_batch(random_rollout([2, 2], [2, 2], 0), [1.0, 0.0], step=0, group_size=2)
+    assert row_versions(unversioned, 9).tolist() == [9, 9]
 
 
 # ------------------------------------------------------------------------------------- workflow EIDs
