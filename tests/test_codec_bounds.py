@@ -157,3 +157,35 @@ def test_the_decoder_stores_every_field_of_an_experience() -> None:
     """The decoder's per-item builder takes the fields by position: its parameters are the fields."""
     parameters = tuple(inspect.signature(decode._experience).parameters)
     assert parameters == experience_field_names()
+
+
+def _shapes_payload(shapes: list[list[Any]], elements: int) -> bytes:
+    """One ``logprobs`` column in the ``shapes`` layout over a blob of ``elements`` zeros."""
+    n = len(shapes)
+    spec = {"logprobs": {"present": None, "dtype": "float32", "shapes": shapes}}
+    return frame({"n": n, "columns": columns(n), "tensors": spec}, save({"logprobs": torch.zeros(elements)}))
+
+
+@pytest.mark.parametrize(
+    ("shapes", "elements", "refusal"),
+    [
+        ([[1] * 64], 1, None),  # the most dimensions a shape may have
+        ([[1] * 65], 1, "tensor field 'logprobs'.shapes: each shape must be a list of at most 64 ints"),
+        ([["a"]], 1, "tensor field 'logprobs'.shapes must hold only ints"),
+        ([[-1]], 1, "tensor field 'logprobs'.shapes: negative dimension"),
+        # The largest int64 passes the range check, and then holds more elements than the blob.
+        ([[2**63 - 1]], 1, "tensor field 'logprobs': shapes hold 9223372036854775807 elements, blob holds 1"),
+        ([[2**63]], 1, "tensor field 'logprobs'.shapes: dimension beyond the int64 range"),
+    ],
+    ids=["64-dims", "65-dims", "not-an-int", "negative", "int64-max", "beyond-int64"],
+)
+def test_a_shape_is_checked_at_its_bounds_naming_the_field(
+    shapes: list[list[Any]], elements: int, refusal: str | None
+) -> None:
+    data = _shapes_payload(shapes, elements)
+    if refusal is None:
+        assert deserialize_many(data)[0].logprobs.shape == (1,) * 64  # type: ignore[union-attr]
+        return
+    with pytest.raises(ExperienceDecodeError) as caught:
+        deserialize_many(data)
+    assert str(caught.value) == f"malformed experience payload: {refusal}"
