@@ -24,6 +24,8 @@ from test_train_distributed import free_port, launch_failure
 
 from trinity_core.cli.main import main
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 
 def files_of(run: Path) -> dict[str, str]:
     """sha256 of every file a resume could change (checkpoints, metrics, config)."""

@@ -29,6 +29,8 @@ from trinity_core.train.modes.explorer_process import build_explorer
 from trinity_core.train.modes.explorers import death_message
 from trinity_core.train.modes.step_gate import StepGate
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 CONFIG: dict[str, Any] = {
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},
     "rollout": {"prompts_per_step": 4},

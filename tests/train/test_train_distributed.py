@@ -15,6 +15,8 @@ import torch
 import train_dist_worker as worker
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -29,6 +29,8 @@ from test_train_distributed import free_port, launch_failure
 from trinity_core.config import ConfigError
 from trinity_core.train import train
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 WORKER = Path(__file__).with_name("multiproc_worker.py")
 WAIT_S = 600
 TINY: dict[str, Any] = {

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from test_train_distributed import free_port, launch_failure
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "accelerate"
 
