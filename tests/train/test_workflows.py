@@ -267,6 +267,26 @@ def test_experiences_without_distinct_ids_fail_the_episode(engine: GenerationEng
         WorkflowRunner("same_ids", SameIds, {}, engine).run(tasks)
 
 
+def test_a_per_task_workflow_run_logs_samples_from_its_experiences(
+    tmp_path: Path, registered: None
+) -> None:
+    """A step of a per-task workflow has experiences and no rollout: its samples come from them (a run
+    past ``log_samples_every``, 100 by default, used to stop with an AttributeError there). Task by task
+    the batch is the whole-step rollout's, so the rows are the same: each prompt's first response."""
+    import json
+
+    rows = {}
+    for name, workflow in (("batched", "single_turn"), ("episodes", "single_turn_episodes")):
+        config = copy.deepcopy(TINY)
+        config["rollout"]["workflow"] = workflow
+        config["trainer"]["log_samples_every"] = 2
+        train(config, run_dir=tmp_path / name)
+        lines = (tmp_path / name / "samples.jsonl").read_text().splitlines()
+        rows[name] = [json.loads(line) for line in lines]
+    assert [r["step"] for r in rows["episodes"]] == [2, 2]  # two prompts at step 2
+    assert rows["episodes"] == rows["batched"]
+
+
 def test_failing_episodes_are_counted_and_training_goes_on(tmp_path: Path, registered: None) -> None:
     """Two prompts x 4 runs per step, the odd task's 4 episodes fail each step: 3 steps train."""
     config = copy.deepcopy(TINY)

@@ -200,7 +200,7 @@ class Runner:
             for step in range(start, total):
                 # 1. The explorer's step: its rollout (made ahead when sync_offset > 0) into the buffer.
                 explored = pending.popleft().result()
-                self.report.samples(step, explored.rollout, explored.rewards)
+                self.report.samples(step, explored.rollout, explored.rewards, explored.experiences)
                 t_write = time.perf_counter()
                 metrics = explorer.write(explored)
                 explorer_busy = explored.seconds + time.perf_counter() - t_write
@@ -260,7 +260,7 @@ class Runner:
         last = time.perf_counter()
         for step in range(self.start_step, self.total_steps):
             explored = self.explorer.rollout(step)
-            self.report.samples(step, explored.rollout, explored.rewards)
+            self.report.samples(step, explored.rollout, explored.rewards, explored.experiences)
             metrics = self.explorer.write(explored)
             exps = self.event_loop.run_until_complete(reader.read())
             self.event_loop.run_until_complete(disk.write(exps))

@@ -273,9 +273,19 @@ class RunReport:
         )
         self.rate.start()
 
-    def samples(self, step: int, rollout: Any, rewards: Sequence[float | None]) -> None:
-        """Log sample rows of step ``step`` (0-based) when due."""
-        self.sample_log(step, rollout, rewards, self.config.algorithm.repeat_times)
+    def samples(
+        self,
+        step: int,
+        rollout: Any,
+        rewards: Sequence[float | None],
+        experiences: Sequence[Any] | None = None,
+    ) -> None:
+        """Log sample rows of step ``step`` (0-based) when due: from its rollout, or from its experiences
+        when a per-task workflow made them (no rollout)."""
+        if rollout is None:
+            self.sample_log.experiences(step, experiences or ())
+        else:
+            self.sample_log(step, rollout, rewards, self.config.algorithm.repeat_times)
 
     def sample_experiences(self, step: int, experiences: Sequence[Any]) -> None:
         """Log sample rows of step ``step`` (0-based) from its experiences when due (an explorer process)."""
