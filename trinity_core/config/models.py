@@ -15,12 +15,14 @@ from pydantic import AliasChoices, Field, field_validator
 
 from trinity_core.components import LossAggMode  # one definition, shared with the loss components
 from trinity_core.config.base import Section
+from trinity_core.config.buffer_config import BufferConfig, OperatorEntry, TaskSetEntry
 from trinity_core.config.sections import CriticConfig, DataConfig, LoraSettings, SynchronizerConfig
 
 __all__ = [
     "COMPONENT_KEYS",
     "RUN_MODES",
     "AlgorithmConfig",
+    "BufferConfig",
     "CriticConfig",
     "DataConfig",
     "LoraSettings",
@@ -181,7 +183,22 @@ class TasksConfig(Section):
     )
     eval_success: float = Field(
         default=1.0,
-        description="A response whose combined reward is at least this counts as solved (pass@k).",
+        description="A response whose combined reward is at least this counts as solved (pass@k, "
+        "the buffer/pass_rate metrics).",
+    )
+    selector: str = Field(
+        default="shuffle", description="Task selector: which rows each step samples (kind task_selector)."
+    )
+    selector_args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the selector.")
+    pool_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="For a task set that draws fresh rows every step: draw this many rows once and select "
+        "among them (every selector but shuffle needs rows to choose among).",
+    )
+    mix: list[TaskSetEntry] | None = Field(
+        default=None,
+        description="Several task sets mixed by weight (instead of name/args); also written tasks: [...].",
     )
 
 
@@ -204,6 +221,11 @@ class RolloutConfig(Section):
     workflow_args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the workflow.")
     workflow_max_calls: int = Field(
         default=64, ge=1, description="Model calls one episode may make; one more fails the episode."
+    )
+    experience_pipeline: list[OperatorEntry] = Field(
+        default_factory=list,
+        description="Experience operators run in order on each step's experiences before the advantage "
+        "(names or {name, args}); the trinity_process_experiences hooks run first unless 'hooks' is listed.",
     )
 
 
@@ -322,6 +344,13 @@ class RunConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig)
     synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _task_list(cls, value: Any) -> Any:
+        """``tasks: [{name: ..., weight: ...}, ...]`` is ``tasks: {mix: [...]}``."""
+        return {"mix": value} if isinstance(value, list) else value
 
 
 class ResolvedAlgorithmConfig(Section):
@@ -366,4 +395,5 @@ class ResolvedConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig)
     synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)

@@ -42,6 +42,9 @@ KIND_TITLES: dict[str, str] = {
     "kl_fn": "KL function",
     "entropy_loss": "entropy loss",
     "value_loss": "value loss",
+    "task_selector": "task selector",
+    "experience_operator": "experience operator",
+    "priority_fn": "priority function",
 }
 
 
