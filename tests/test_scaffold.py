@@ -27,6 +27,9 @@ ISSUE_KINDS = (
     "task",
     "value_loss",
     "workflow",
+    "task_selector",
+    "experience_operator",
+    "priority_fn",
 )
 
 

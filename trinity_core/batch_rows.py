@@ -70,8 +70,8 @@ def _subset_experiences(batch: ExperienceBatch, rows: Tensor) -> Sequence[Experi
     def make(child: ExperienceBatch) -> list[Experience]:
         made = parent.materialize()
         out = [made[i] for i in picked]
-        for name in (*BATCH_RESPONSE_FIELDS, "reward"):
-            if name == "reward" or getattr(child, name) is not None:
+        for name in BATCH_RESPONSE_FIELDS:
+            if getattr(child, name) is not None:
                 child.write_back(name, out)  # views of the subset's columns, as the source's were
         return out
 

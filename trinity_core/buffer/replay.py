@@ -29,8 +29,9 @@ __all__ = ["FifoPriority", "ReplayBuffer"]
 
 
 class FifoPriority(PriorityFn):
-    """p = -seq: the oldest stored group first (with ``max_reuse: 1`` nothing is replayed: every
-    experience is trained on once, in the order it was made, as without replay)."""
+    """p = -seq: the oldest stored group first; a full buffer keeps its oldest groups, as a full queue
+    takes no more (with ``max_reuse: 1`` nothing is stored: every experience is trained on once, as
+    without replay)."""
 
     def __call__(self, stats: ReplayStats, version: int) -> Tensor:
         """Minus the insertion order."""

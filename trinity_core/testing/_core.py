@@ -185,6 +185,9 @@ _CHECK_MODULES = (
     "add_strategy",
     "algorithm",
     "workflow",
+    "task_selector",
+    "experience_operator",
+    "priority_fn",
 )
 
 

@@ -21,7 +21,17 @@ __all__ = [
     "runtime_objects",
 ]
 
-COMPONENT_KINDS = ("advantage_fn", "add_strategy", "policy_loss", "kl_fn", "entropy_loss", "value_loss")
+COMPONENT_KINDS = (
+    "advantage_fn",
+    "add_strategy",
+    "policy_loss",
+    "kl_fn",
+    "entropy_loss",
+    "value_loss",
+    "task_selector",
+    "experience_operator",
+    "priority_fn",
+)
 """Kinds whose classes take arguments (``Args``); algorithms are presets without arguments."""
 ALL_KINDS = ("algorithm", *COMPONENT_KINDS)
 
@@ -171,6 +181,12 @@ def runtime_objects(subject: Subject) -> dict[str, Any]:
         from trinity_core.buffer import make_buffer
 
         return {"writer": make_buffer("memory").writer}
+    if subject.kind == "task_selector":
+        return {"size": 8}
+    if subject.kind == "experience_operator":
+        from trinity_core.components import OperatorContext
+
+        return {"context": OperatorContext(group_size=4, max_new_tokens=8)}
     return {}
 
 

@@ -24,9 +24,12 @@ __all__ = [
     "Case",
     "ComponentConformance",
     "EntropyLossConformance",
+    "ExperienceOperatorConformance",
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "PriorityFnConformance",
+    "TaskSelectorConformance",
     "ValueLossConformance",
     "WorkflowConformance",
 ]
@@ -184,6 +187,24 @@ class WorkflowConformance(ComponentConformance):
     """Every check for one workflow."""
 
     kind = "workflow"
+
+
+class TaskSelectorConformance(ComponentConformance):
+    """Conformance of one task selector: ``component = "<name>"``."""
+
+    kind = "task_selector"
+
+
+class ExperienceOperatorConformance(ComponentConformance):
+    """Conformance of one experience operator: ``component = "<name>"``."""
+
+    kind = "experience_operator"
+
+
+class PriorityFnConformance(ComponentConformance):
+    """Conformance of one replay priority function: ``component = "<name>"``."""
+
+    kind = "priority_fn"
 
 
 class AlgorithmConformance(ComponentConformance):
