@@ -74,6 +74,19 @@ def test_dynamic_sampling_tops_each_step_up_to_prompts_per_step_groups_with_sign
     assert sum(row["buffer/extra_rounds"] for row in result.history) >= 1
 
 
+def test_async_mode_over_samples_in_the_explorer_process_and_replays_in_the_learner(tmp_path: Path) -> None:
+    cfg = config(
+        rollout={"experience_pipeline": [{"name": "dynamic_sampling", "args": {"max_extra_rounds": 6}}]},
+        tasks={"reward_fns": ["flat_on_odd_operands"]},
+        buffer={"replay": {"groups_per_step": 1, "max_reuse": 2}},
+    )
+    result = train({**cfg, "mode": "async"}, run_dir=tmp_path / "run")
+    for row in result.history:
+        assert row["buffer/groups"] == 4.0
+        assert row["buffer/zero_variance_groups"] == 0.0
+    assert [row["buffer/replay/drawn_groups"] for row in result.history] == [0.0, 1.0, 1.0]
+
+
 class Recorder:
     """A trinity_process_experiences hook that records the rewards it sees."""
 

@@ -15,8 +15,9 @@ from pydantic import AliasChoices, Field, field_validator
 
 from trinity_core.components import LossAggMode  # one definition, shared with the loss components
 from trinity_core.config.base import Section
-from trinity_core.config.buffer_config import BufferConfig, OperatorEntry, TaskSetEntry
+from trinity_core.config.buffer_config import BufferConfig, OperatorEntry
 from trinity_core.config.sections import CriticConfig, DataConfig, LoraSettings, SynchronizerConfig
+from trinity_core.config.tasks_section import TasksConfig
 
 __all__ = [
     "COMPONENT_KEYS",
@@ -154,51 +155,6 @@ class ModelConfig(Section):
             "policy's vocabulary, e.g. the model/ folder of an SFT run; its log-probs of the sampled tokens "
             "become the batch column teacher_logprobs."
         ),
-    )
-
-
-class TasksConfig(Section):
-    """The task set and its reward functions."""
-
-    name: str | None = Field(
-        default=None,
-        description="Registered task set (kind task); unset: last_digit.",
-    )
-    args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the task set.")
-    reward_fns: list[str] | None = Field(
-        default=None,
-        description="Reward functions (kind reward_fn), weighted-summed; unset: the task's default.",
-    )
-    reward_weights: list[float] | None = Field(
-        default=None, description="One weight per reward function; unset: all 1."
-    )
-    reward_fn_args: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Keyword arguments per reward function name."
-    )
-    eval_size: int = Field(default=100, ge=0, description="Held-out prompts for the final greedy accuracy.")
-    eval_k: int = Field(
-        default=4,
-        ge=0,
-        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only.",
-    )
-    eval_success: float = Field(
-        default=1.0,
-        description="A response whose combined reward is at least this counts as solved (pass@k, "
-        "the buffer/pass_rate metrics).",
-    )
-    selector: str = Field(
-        default="shuffle", description="Task selector: which rows each step samples (kind task_selector)."
-    )
-    selector_args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the selector.")
-    pool_size: int | None = Field(
-        default=None,
-        ge=1,
-        description="For a task set that draws fresh rows every step: draw this many rows once and select "
-        "among them (every selector but shuffle needs rows to choose among).",
-    )
-    mix: list[TaskSetEntry] | None = Field(
-        default=None,
-        description="Several task sets mixed by weight (instead of name/args); also written tasks: [...].",
     )
 
 

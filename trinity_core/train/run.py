@@ -175,7 +175,7 @@ def prepare_run_dir(
 def default_run_dir(config: ResolvedConfig) -> Path:
     """``runs/<task>-<algorithm>-<YYYYmmdd-HHMMSS>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{config.tasks.name or 'last_digit'}-{config.algorithm.algorithm_type}-{stamp}"
+    return Path("runs") / f"{config.tasks.label}-{config.algorithm.algorithm_type}-{stamp}"
 
 
 def _check_resume_overrides(overrides: Sequence[str]) -> None:

@@ -144,8 +144,8 @@ class SelectedTasks(Task):
 
     Args:
         members: the task sets, in ``tasks.mix`` order.
-        success: a response whose reward is at least this is solved (``tasks.eval_success``).
-        reward_fns: the reward functions the task sets default to (all must agree, or the run names them).
+        default_reward_fns: the reward functions the task sets default to (all must agree, or the run
+            names them).
     """
 
     Args: ClassVar[type[ComponentArgs]] = ComponentArgs
@@ -278,7 +278,13 @@ class SelectedTasks(Task):
         for member, saved_member in zip(self.members, state["members"], strict=True):
             member.task.load_state_dict(saved_member["task"])
             if member.selector is not None and saved_member["selector"] is not None:
-                member.selector.load_state_dict(saved_member["selector"])
+                try:
+                    member.selector.load_state_dict(saved_member["selector"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise TaskDataError(
+                        f"tasks: {member.selector_label} of task set {member.label!r} cannot continue from "
+                        f"the checkpoint ({exc}); resume with the same tasks section or start a new run"
+                    ) from exc
 
 
 def pass_rate_metrics(rewards: Tensor, success: float) -> dict[str, Tensor]:
