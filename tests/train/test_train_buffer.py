@@ -235,6 +235,17 @@ def test_an_operator_breaking_its_contract_stops_the_run_with_one_line(
         assert (run / "checkpoints" / "step-000001" / "model.safetensors").exists()
 
 
+def test_when_empty_keep_trains_on_the_first_round_unfiltered(tmp_path: Path) -> None:
+    op = {"name": "dynamic_sampling", "args": {"max_extra_rounds": 1, "when_empty": "keep"}}
+    cfg = config(rollout={"experience_pipeline": [op]}, tasks={"reward_fns": ["constant"]})
+    result = train(cfg, run_dir=tmp_path / "run")
+    for row in result.history:
+        assert row["buffer/unfiltered_steps"] == 1.0
+        assert row["buffer/groups"] == 4.0  # the first round, whole
+        assert row["buffer/zero_variance_groups"] == 1.0
+        assert row["buffer/extra_rounds"] == 1.0
+
+
 def test_a_step_left_empty_after_every_extra_round_names_the_operator(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -246,7 +257,8 @@ def test_a_step_left_empty_after_every_extra_round_names_the_operator(
     assert err == (
         "trinity: error: step 0: experience operator 'dynamic_sampling' (trinity-plugin-buffer 0.1.0) left "
         "no experience of the step's 3 round(s) of prompts; check that the rewards vary within a task group, "
-        "raise the operator's max_extra_rounds, or remove it from rollout.experience_pipeline"
+        "raise the operator's max_extra_rounds, set its when_empty: keep, or remove it from "
+        "rollout.experience_pipeline"
     )
 
 

@@ -62,6 +62,9 @@ class ExperienceOperator(Component, ABC):
         max_extra_rounds: extra sampling rounds this operator asks for when it leaves fewer than
             ``rollout.prompts_per_step`` task groups (0: none; declare it as an ``Args`` field to make
             it configurable).
+        when_empty: ``"error"`` (default): a step this operator leaves empty, after every extra round,
+            stops the run; ``"keep"``: the step trains on its first round without this operator
+            (declare it as an ``Args`` field to make it configurable).
         changes_rows: True for an operator whose result may hold rows its input did not (the ``hooks``
             operator: hooks may add experiences); the explorer then skips the subset check.
         context: what the run provides (:class:`OperatorContext`).
@@ -69,6 +72,7 @@ class ExperienceOperator(Component, ABC):
 
     kind: ClassVar[str] = "experience_operator"
     max_extra_rounds: int = 0
+    when_empty: str = "error"
     changes_rows: ClassVar[bool] = False
 
     def __init__(self, *, context: OperatorContext | None = None, **args: Any) -> None:

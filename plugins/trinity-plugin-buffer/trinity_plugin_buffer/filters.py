@@ -21,7 +21,9 @@ class DynamicSampling(ExperienceOperator):
     under a group baseline and adds nothing but noise to the step. Kept: groups with
     ``std(r) > std_threshold`` (population std over the scored responses, float64); a group of one is
     dropped. With ``max_extra_rounds = k`` the explorer samples more prompts, up to ``k`` extra rounds,
-    until the step has ``rollout.prompts_per_step`` groups (DAPO fills the batch the same way). Place it
+    until the step has ``rollout.prompts_per_step`` groups (DAPO fills the batch the same way); a step
+    with no group left after every round stops the run, or with ``when_empty: keep`` trains on its first
+    round unfiltered (an early policy that solves nothing yet). Place it
     before reward shaping (``overlong_penalty``): DAPO filters on the outcome, not the shaped reward.
     Metrics: ``kept_groups``, ``dropped_groups``.
     """
@@ -35,9 +37,15 @@ class DynamicSampling(ExperienceOperator):
         max_extra_rounds: int = Field(
             3, ge=0, description="Extra sampling rounds the explorer may run to fill the step (0: none)."
         )
+        when_empty: Literal["error", "keep"] = Field(
+            "error",
+            description="No group with signal after every round: error (stop the run) or keep (train on "
+            "the first round unfiltered; its flat groups have zero advantage).",
+        )
 
     std_threshold: float
     max_extra_rounds: int
+    when_empty: Literal["error", "keep"]
 
     def __call__(self, batch: ExperienceBatch, step: int) -> tuple[ExperienceBatch, Metrics]:
         """The groups with distinct rewards."""

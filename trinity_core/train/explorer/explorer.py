@@ -44,7 +44,7 @@ from trinity_core.train.explorer.evaluation import EvalSettings, evaluate_policy
 from trinity_core.train.explorer.experiences import rollout_batch
 from trinity_core.train.explorer.operators import build_stages
 from trinity_core.train.explorer.pipeline import ExperiencePipeline
-from trinity_core.train.explorer.rounds import kept_metrics, reward_matrix, top_up
+from trinity_core.train.explorer.rounds import keep_unfiltered, kept_metrics, reward_matrix, top_up
 from trinity_core.train.explorer.workflow_step import (
     build_workflow,
     explore_episodes,
@@ -151,6 +151,7 @@ class Explorer:
         operated = self.pipeline.operate(self.experiences(explored), step)
         if self.pipeline.max_extra_rounds:
             operated = top_up(self, step, explored, operated)
+        operated = keep_unfiltered(self, step, explored, operated)
         explored.operated = operated.experiences
         explored.metrics.update(operated.metrics)
         explored.metrics.update(kept_metrics(self.pipeline, operated, step))

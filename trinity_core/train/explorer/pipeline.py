@@ -51,7 +51,7 @@ class Operated:
 
     experiences: Sequence[Experience]
     metrics: Metrics = field(default_factory=dict)
-    emptied_by: str | None = None
+    emptied_by: Stage | None = None
     rows_in: int = 0
 
 
@@ -96,11 +96,14 @@ class ExperiencePipeline:
         """Operate on and store ``experiences`` of step ``step``; return the advantage's metrics."""
         return self.store(self.operate(experiences, step).experiences, step)
 
-    def operate(self, experiences: Sequence[Experience], step: int) -> Operated:
-        """The operators on ``experiences`` of step ``step`` (see :class:`Operated`)."""
+    def operate(
+        self, experiences: Sequence[Experience], step: int, bypass: frozenset[str] = frozenset()
+    ) -> Operated:
+        """The operators (but those labelled in ``bypass``) on ``experiences`` of step ``step`` (see
+        :class:`Operated`)."""
         current: Sequence[Experience] = experiences
         metrics: Metrics = {}
-        for stage in self.stages:
+        for stage in (s for s in self.stages if s.label not in bypass):
             if isinstance(stage.operator, HooksOperator):  # a list in, a list out, as the hooks always ran
                 if self.hooks:
                     current = run_experience_pipeline(self.pm, list(current), step)
@@ -115,7 +118,7 @@ class ExperiencePipeline:
             metrics.update({f"buffer/{stage.label}/{k}": v for k, v in dict(out[1]).items()})
             current = out[0].experiences
             if len(current) == 0 and len(batch) > 0:
-                return Operated(current, metrics, stage.describe, len(experiences))
+                return Operated(current, metrics, stage, len(experiences))
         return Operated(current, metrics, rows_in=len(experiences))
 
     def store(self, experiences: Sequence[Experience], step: int) -> Metrics:

@@ -28,7 +28,7 @@ from trinity_core.train.explorer.pipeline import ExperiencePipeline, Operated
 if TYPE_CHECKING:
     from trinity_core.train.explorer.explorer import Explored, Explorer
 
-__all__ = ["kept_metrics", "reward_matrix", "task_groups", "top_up"]
+__all__ = ["keep_unfiltered", "kept_metrics", "reward_matrix", "task_groups", "top_up"]
 
 
 def task_groups(experiences: Sequence[Experience]) -> int:
@@ -97,6 +97,21 @@ def top_up(explorer: Explorer, step: int, first: Explored, operated: Operated) -
     return Operated(batch.experiences, metrics, rows_in=rows_in)
 
 
+def keep_unfiltered(explorer: Explorer, step: int, first: Explored, operated: Operated) -> Operated:
+    """When an operator with ``when_empty = "keep"`` left nothing of the step, the first round's
+    experiences without that operator (metric ``buffer/unfiltered_steps`` 1); else ``operated``."""
+    stage = operated.emptied_by
+    if len(operated.experiences) or stage is None or stage.operator.when_empty != "keep":
+        if explorer.pipeline.operators:
+            operated.metrics["buffer/unfiltered_steps"] = torch.zeros((), dtype=torch.float64)
+        return operated
+    kept = explorer.pipeline.operate(explorer.experiences(first), step, bypass=frozenset({stage.label}))
+    kept.metrics = {**operated.metrics, **kept.metrics}
+    kept.metrics["buffer/unfiltered_steps"] = torch.ones((), dtype=torch.float64)
+    kept.rows_in = operated.rows_in
+    return kept
+
+
 def kept_metrics(pipeline: ExperiencePipeline, operated: Operated, step: int) -> Metrics:
     """``buffer/groups`` (task groups written), ``buffer/zero_variance_groups`` (the share of them without
     group-relative signal) and, with operators, ``buffer/filtered_fraction``; raises when an operator
@@ -105,9 +120,9 @@ def kept_metrics(pipeline: ExperiencePipeline, operated: Operated, step: int) ->
     if len(exps) == 0 and operated.emptied_by is not None:
         rounds = 1 + pipeline.max_extra_rounds
         raise PluginContractError(
-            f"step {step}: {operated.emptied_by} left no experience of the step's {rounds} round(s) of "
-            "prompts; check that the rewards vary within a task group, raise the operator's "
-            "max_extra_rounds, or remove it from rollout.experience_pipeline"
+            f"step {step}: {operated.emptied_by.describe} left no experience of the step's {rounds} "
+            "round(s) of prompts; check that the rewards vary within a task group, raise the operator's "
+            "max_extra_rounds, set its when_empty: keep, or remove it from rollout.experience_pipeline"
         )
     metrics: Metrics = {"buffer/groups": torch.tensor(float(task_groups(exps)), dtype=torch.float64)}
     if pipeline.operators:
