@@ -53,7 +53,7 @@ from trinity_core.components import ComponentArgs
 from trinity_core.hooks import HookCallError, get_plugin_manager
 from trinity_core.hookspecs import hookimpl
 from trinity_core.train.data.tasks import Task
-from trinity_core.train.run import train
+from trinity_core.train.run import RunFinished, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -188,6 +188,8 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     except HookCallError as exc:
         if not isinstance(exc.__cause__, StopAtTarget):
             raise
+    except RunFinished:  # interrupted after its last step, before its result was written
+        pass
     finally:
         pm.unregister(name="bench-target")
     result = {
