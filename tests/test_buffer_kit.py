@@ -57,9 +57,9 @@ class TestFifo(PriorityFnConformance):
 
 def test_the_new_kinds_have_checks() -> None:
     assert "task_selector_state_resumes_the_selection" in check_names("task_selector")
-    assert "experience_operator_returns_a_subset_or_itself" in check_names("experience_operator")
+    assert "experience_operator_returns_a_subset_or_itself" in check_names("operator")
     assert "priority_fn_scores_follow_their_groups" in check_names("priority_fn")
-    for kind in ("task_selector", "experience_operator", "priority_fn"):
+    for kind in ("task_selector", "operator", "priority_fn"):
         assert "args_fields_documented" in check_names(kind)
 
 
@@ -148,14 +148,14 @@ class ByPosition(PriorityFn):
         ("task_selector", GlobalRandom, check_task_selector_randomness_from_the_generator, "self.generator"),
         ("task_selector", ForgetsPosition, check_task_selector_state_resumes_the_selection, "state_dict()"),
         (
-            "experience_operator",
+            "operator",
             AddsARow,
             check_experience_operator_returns_a_subset_or_itself,
             "not a subset",
         ),
-        ("experience_operator", RebuildsRows, check_experience_operator_returns_a_subset_or_itself, "subset"),
+        ("operator", RebuildsRows, check_experience_operator_returns_a_subset_or_itself, "subset"),
         (
-            "experience_operator",
+            "operator",
             RewardsOutOfStep,
             check_experience_operator_keeps_experiences_in_step,
             "replace_rewards",

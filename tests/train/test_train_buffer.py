@@ -171,6 +171,34 @@ def test_a_mixture_with_selectors_and_replay_resumes_bit_identically(tmp_path: P
     assert rows(straight)[-1]["buffer/taskset/copy/prompts"] == 2.0  # weights 1 : 1 from step 4
 
 
+def test_operators_ahead_of_the_learner_resume_bit_for_bit(tmp_path: Path) -> None:
+    """With the explorer a step ahead, a checkpoint keeps what the operators kept of the next step (every
+    round's): the resumed run is the uninterrupted one."""
+    pipeline = [{"name": "dynamic_sampling", "args": {"max_extra_rounds": 6}}]
+    cfg = config(
+        rollout={"experience_pipeline": pipeline},
+        tasks={"reward_fns": ["flat_on_odd_operands"]},
+        trainer={"total_steps": 4, "checkpoint_every": 1, "keep_checkpoints": 5},
+        synchronizer={"sync_offset": 1},
+    )
+    straight = tmp_path / "straight"
+    train(cfg, run_dir=straight)
+    killed, pm = tmp_path / "killed", get_plugin_manager()
+    pm.register(CrashAfter(1), name="crash-after-1")
+    try:
+        with pytest.raises(HookCallError, match="crash-after-1"):
+            train(cfg, run_dir=killed)
+    finally:
+        pm.unregister(name="crash-after-1")
+    train(resume=killed)
+    a = load_file(str(straight / "checkpoints" / "step-000004" / "model.safetensors"))
+    b = load_file(str(killed / "checkpoints" / "step-000004" / "model.safetensors"))
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=0, msg=name)
+    keys = ("buffer/groups", "buffer/extra_rounds", "reward/mean", "actor/loss")
+    assert [[r[k] for k in keys] for r in rows(straight)] == [[r[k] for k in keys] for r in rows(killed)]
+
+
 # ---------------------------------------------------------------- bad input through the CLI
 
 
@@ -224,7 +252,7 @@ def write(tmp_path: Path, cfg: dict[str, Any]) -> Path:
 def test_an_operator_breaking_its_contract_stops_the_run_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, cls: type, words: str
 ) -> None:
-    registry.register("experience_operator", name, cls, replace=True)
+    registry.register("operator", name, cls, replace=True)
     run = tmp_path / "run"
     err = run_cli(capsys, write(tmp_path, config(rollout={"experience_pipeline": [name]})), run)
     assert err.startswith(f"trinity: error: experience operator {name!r} (<in-process>")
@@ -296,7 +324,7 @@ def test_bad_tasks_stop_the_run_with_one_line(
 def test_a_run_that_failed_in_a_step_resumes_once_the_plugin_is_fixed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    registry.register("experience_operator", "not_a_subset", NotASubset, replace=True)
+    registry.register("operator", "not_a_subset", NotASubset, replace=True)
     run = tmp_path / "run"
     run_cli(capsys, write(tmp_path, config(rollout={"experience_pipeline": ["not_a_subset"]})), run)
 
@@ -306,7 +334,7 @@ def test_a_run_that_failed_in_a_step_resumes_once_the_plugin_is_fixed(
         def __call__(self, batch: ExperienceBatch, step: int) -> tuple[ExperienceBatch, dict[str, Any]]:
             return batch, {}
 
-    registry.register("experience_operator", "not_a_subset", Fixed, replace=True)
+    registry.register("operator", "not_a_subset", Fixed, replace=True)
     shutil.rmtree(run / "checkpoints" / ".tmp-step-000002", ignore_errors=True)
     assert main(["train", "--resume", str(run)]) == 0
     assert [r["step"] for r in rows(run)] == [1.0, 2.0, 3.0]

@@ -248,4 +248,6 @@ def test_token_budget_micro_batches_leave_the_update_unchanged(tmp_path: Path) -
     budget = trainer(tmp_path, "budget", {"micro_batch_size": None, "max_tokens_per_micro_batch": 12})
     d_whole, d_budget = update(whole), update(budget)
     for name, d in d_whole.items():
-        assert rel(d_budget[name], d) < 1e-6, name
+        # Float32 rounding of rows cut into other shapes: a few units in the last place of Adam's first
+        # step (which divides each gradient by its own magnitude, so small components count fully).
+        assert rel(d_budget[name], d) < 2e-6, name

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from trinity_core.codec import deserialize_many, serialize_many
 from trinity_core.components.base import Metrics
+from trinity_core.components.faults import call_component
 from trinity_core.components.priority_fn import PriorityFn, ReplayStats
 from trinity_core.experience import Experience
 from trinity_core.registry import PluginContractError
@@ -110,7 +111,7 @@ class ReplayBuffer:
 
     def priorities(self, version: int) -> Tensor:
         """The priority function's scores of the stored groups, checked."""
-        scores = self.priority_fn(self.stats(), version)
+        scores = call_component("priority_fn", self.priority_fn, self.priority_fn, self.stats(), version)
         n = len(self.entries)
         if not isinstance(scores, Tensor) or scores.shape != (n,):
             shape = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__

@@ -57,7 +57,7 @@ class $cls(TaskSelector):
         self.mean = torch.as_tensor(state["mean"], dtype=torch.float64).clone()
 ''',
     ),
-    "experience_operator": (
+    "operator": (
         "Operator",
         '''"""``$name`` experience operator."""
 

@@ -45,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_train(ns: argparse.Namespace) -> int:
     """Train; print the summary. Exit 1 with a one-line message on bad input or a failing environment."""
+    from trinity_core.components.faults import ComponentFault
     from trinity_core.extras import require_extra
+    from trinity_core.hooks import HookCallError
     from trinity_core.train.checkpoints.commit import CheckpointError
     from trinity_core.train.data.prompts import PromptRenderError
     from trinity_core.train.data.rewards import RewardError
@@ -82,6 +84,8 @@ def cmd_train(ns: argparse.Namespace) -> int:
         PromptRenderError,
         WorkflowError,
         ExplorerFailed,
+        ComponentFault,
+        HookCallError,
     ) as exc:
         if ns.debug:
             raise

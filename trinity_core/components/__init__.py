@@ -15,8 +15,8 @@ entropy_loss   ``trinity_core.entropy_losses``   :class:`EntropyLossFn`
 value_loss     ``trinity_core.value_losses``     :class:`ValueLossFn` (the critic's loss)
 workflow       ``trinity_core.workflows``        :class:`Workflow` (tasks in :class:`WorkflowTask`)
 task_selector  ``trinity_core.task_selectors``   :class:`TaskSelector` (which task rows a step samples)
-experience_    ``trinity_core.experience_        :class:`ExperienceOperator` (filters and mappers of a
-operator       operators``                       step's experiences)
+operator       ``trinity_core.experience_        :class:`ExperienceOperator` (filters and mappers of a
+               operators``                       step's experiences)
 priority_fn    ``trinity_core.priority_fns``     :class:`PriorityFn` (the replay buffer's order)
 =============  ================================  ==========================================
 """
@@ -74,7 +74,7 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
     "value_loss": (ValueLossFn,),
     "workflow": (Workflow,),
     "task_selector": (TaskSelector,),
-    "experience_operator": (ExperienceOperator,),
+    "operator": (ExperienceOperator,),
     "priority_fn": (PriorityFn,),
 }
 """Kind name to its base classes (a component of a kind subclasses the first of them)."""

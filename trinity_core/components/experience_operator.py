@@ -70,7 +70,7 @@ class ExperienceOperator(Component, ABC):
         context: what the run provides (:class:`OperatorContext`).
     """
 
-    kind: ClassVar[str] = "experience_operator"
+    kind: ClassVar[str] = "operator"
     max_extra_rounds: int = 0
     when_empty: str = "error"
     changes_rows: ClassVar[bool] = False

@@ -12,7 +12,10 @@ components computes the same loss and the same gradient::
 ``scale`` holds the optimizer step's global normalizers (:class:`~trinity_core.ops.LossScale`);
 ``pg_scale`` is the policy loss's own, which differs only for losses that normalise subsets of the rows
 separately (the MIX losses' rollout / expert counts). Every term is aggregated with the same
-``loss_agg_mode``. The returned terms are detached 0-d tensors named ``actor/<metric>`` (no host sync).
+``loss_agg_mode``. The returned terms are detached 0-d tensors named ``actor/<metric>`` (no host sync),
+and a ``_finite/<kind>`` flag per term (:mod:`trinity_core.components.faults`). A component that raises,
+exits, or returns a loss that is not a 0-d tensor with a gradient is a
+:class:`~trinity_core.components.faults.ComponentFault` naming it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from torch import Tensor
 
+from trinity_core.components.faults import call_component, checked_loss, finite_flag
 from trinity_core.ops.loss_scale import LossScale
 
 __all__ = [
@@ -135,19 +139,31 @@ def micro_batch_loss(
             f"{sorted(cols)}"
         )
     kwargs = {key: cols[name] for key, name in trinity_keys.items()}
-    pg_loss, pg_metrics = policy_loss(
-        logprob, **kwargs, loss_scale=scale if pg_scale is None else pg_scale, loss_agg_mode=loss_agg_mode
+    pg_scale = scale if pg_scale is None else pg_scale
+    result = call_component(
+        "policy_loss",
+        policy_loss,
+        policy_loss,
+        logprob,
+        **kwargs,
+        loss_scale=pg_scale,
+        loss_agg_mode=loss_agg_mode,
     )
+    pg_loss, pg_metrics = checked_loss("policy_loss", policy_loss, result, logprob)
     total = pg_loss
     terms = {f"actor/{k}": v for k, v in pg_metrics.items() if isinstance(v, Tensor)}
     terms["actor/pg_loss"] = pg_loss.detach()
+    terms.update([finite_flag("policy_loss", pg_loss)])
     if kl_loss is not None:
         if "ref_logprob" not in cols:
             raise KeyError(
                 f"KL loss {_name(kl_loss)!r} needs the reference log-probs (column 'ref_logprob'); "
                 "load a reference model or switch the KL loss off"
             )
-        kl_value, kl_metrics = kl_loss.calculate_kl_loss(
+        result = call_component(
+            "kl_fn",
+            kl_loss,
+            kl_loss.calculate_kl_loss,
             logprob,
             cols["ref_logprob"],
             mask,
@@ -155,6 +171,8 @@ def micro_batch_loss(
             old_logprob=cols["old_logprob"],
             loss_scale=scale,
         )
+        kl_value, kl_metrics = checked_loss("kl_fn", kl_loss, result, logprob)
+        terms.update([finite_flag("kl_fn", kl_value)])
         total = total + kl_value
         terms.update({f"actor/{k}": v for k, v in kl_metrics.items() if k != "kl_coef"})
     if entropy_loss is not None:
@@ -164,9 +182,18 @@ def micro_batch_loss(
                 "log-probs (e.g. response_logprobs(..., with_entropy=True))"
             )
         more = extra_inputs(entropy_loss, cols, ("entropy", "action_mask"))
-        ent_value, ent_metrics = entropy_loss(
-            entropy, mask, loss_scale=scale, loss_agg_mode=loss_agg_mode, **more
+        result = call_component(
+            "entropy_loss",
+            entropy_loss,
+            entropy_loss,
+            entropy,
+            mask,
+            loss_scale=scale,
+            loss_agg_mode=loss_agg_mode,
+            **more,
         )
+        ent_value, ent_metrics = checked_loss("entropy_loss", entropy_loss, result, entropy)
+        terms.update([finite_flag("entropy_loss", ent_value)])
         total = total - ent_value
         terms.update({f"actor/{k}": v for k, v in ent_metrics.items()})
     terms["actor/loss"] = total.detach()

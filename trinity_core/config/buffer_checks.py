@@ -25,7 +25,7 @@ def _named(config: RunConfig) -> list[tuple[str, str, str, dict[str, Any]]]:
             args = entry.selector_args if entry.selector_args is not None else tasks.selector_args
             found.append(("task_selector", f"tasks.mix[{i}].selector", name, args))
     for i, op in enumerate(config.rollout.experience_pipeline):
-        found.append(("experience_operator", f"rollout.experience_pipeline[{i}].name", op.name, op.args))
+        found.append(("operator", f"rollout.experience_pipeline[{i}].name", op.name, op.args))
     replay = config.buffer.replay
     if replay is not None:
         args = replay.priority_fn_args

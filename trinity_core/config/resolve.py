@@ -33,10 +33,9 @@ from trinity_core.config.layers import EMBEDDED, ConfigLayers, layer_config
 from trinity_core.config.loading import load_config
 from trinity_core.config.models import (
     COMPONENT_KEYS,
-    ResolvedAlgorithmConfig,
-    ResolvedConfig,
     RunConfig,
 )
+from trinity_core.config.resolved import ResolvedAlgorithmConfig, ResolvedConfig
 from trinity_core.registry import ComponentRecord, PluginError, Registry, get_kind, get_registry
 from trinity_core.registry.args import default_problems, validation_problems
 

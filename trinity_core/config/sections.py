@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from trinity_core.config.base import Section
+from trinity_core.config.ranges import MAX_THREADS
 
 __all__ = ["CriticConfig", "DataConfig", "LoraSettings", "SynchronizerConfig"]
 
@@ -143,6 +144,7 @@ class SynchronizerConfig(Section):
     explorer_threads: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_THREADS,
         description=(
             "torch CPU threads of the explorer while it runs beside the learner (mode async, or mode both "
             "with sync_offset > 0); unset: trainer.threads, else half of torch's threads."
@@ -151,6 +153,7 @@ class SynchronizerConfig(Section):
     learner_threads: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_THREADS,
         description=(
             "torch CPU threads of the learner while the explorer runs beside it (mode async, or mode both "
             "with sync_offset > 0); unset: trainer.threads, else half of torch's threads."

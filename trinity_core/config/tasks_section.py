@@ -26,7 +26,7 @@ class TasksConfig(Section):
         description="Reward functions (kind reward_fn), weighted-summed; unset: the task's default.",
     )
     reward_weights: list[float] | None = Field(
-        default=None, description="One weight per reward function; unset: all 1."
+        default=None, description="One weight per reward function (finite, may be negative); unset: all 1."
     )
     reward_fn_args: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Keyword arguments per reward function name."
@@ -35,7 +35,8 @@ class TasksConfig(Section):
     eval_k: int = Field(
         default=4,
         ge=0,
-        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only.",
+        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only "
+        "(no samples, no pass@k figures).",
     )
     eval_success: float = Field(
         default=1.0,

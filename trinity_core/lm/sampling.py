@@ -84,11 +84,13 @@ def generate(
     top_k: int = 0,
     greedy: bool = False,
     logprobs: bool = False,
+    min_new_tokens: int = 1,
 ) -> Rollout:
     """Sample ``repeat`` responses for each prompt (rows ``i*repeat .. i*repeat+repeat-1`` for prompt ``i``).
 
     Uses the global torch RNG (seeded by the trainer and saved in checkpoints). With ``logprobs`` the
-    rollout carries the policy's log-probability of each response token (before temperature and top-k/p).
+    rollout carries the log-probability of each response token under the distribution it was drawn from
+    (temperature, top-k, top-p and ``min_new_tokens`` applied: :mod:`trinity_core.lm.distribution`).
     """
     device = next(model.parameters()).device
     ids, mask = encode_prompts(tokenizer, prompts, device)
@@ -104,6 +106,7 @@ def generate(
         top_k=top_k,
         greedy=greedy,
         logprobs=logprobs,
+        min_new_tokens=min_new_tokens,
     )
 
 
@@ -129,6 +132,7 @@ def sample_padded(
     top_k: int = 0,
     greedy: bool = False,
     logprobs: bool = False,
+    min_new_tokens: int = 1,
 ) -> Rollout:
     """``repeat`` responses per row of the left-padded prompts ``ids`` / ``mask`` (the body of
     :func:`generate`); rows ``i*repeat .. i*repeat+repeat-1`` answer prompt ``i``.
@@ -136,15 +140,17 @@ def sample_padded(
     A repeated prompt is run through the model once (all its tokens but the last) and its key-value
     cache repeated for its rows (:func:`~trinity_core.lm.shared_prompt.prefill_shared_prompts`);
     ``generate`` then starts from that cache: the same samples, less work.
+
+    The distribution is the run's settings alone: every other sampling setting of the model's
+    ``generation_config`` (a checkpoint's ``generation_config.json`` often sets temperature, top-k,
+    top-p, a repetition penalty) is switched off for the call, and ``top_k=0`` means no top-k (not
+    transformers' default of 50). With ``logprobs`` each token's log-probability is read from the
+    processed scores ``generate`` sampled from.
     """
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    sampling: dict[str, Any] = (
-        {"do_sample": False}
-        if greedy
-        else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k or None}
-    )
+    sampling = _sampling_settings(model, temperature, top_p, top_k, greedy)
     if logprobs:
-        sampling["output_logits"] = True
+        sampling["output_scores"] = True
     was_training = model.training
     model.eval()
     cache = prefill_shared_prompts(model, ids, mask, repeat)
@@ -154,7 +160,7 @@ def sample_padded(
         attention_mask=mask.long(),
         **cache,
         max_new_tokens=max_new_tokens,
-        min_new_tokens=1,
+        min_new_tokens=min_new_tokens,
         eos_token_id=eos,
         pad_token_id=pad,
         use_cache=True,
@@ -164,12 +170,43 @@ def sample_padded(
     model.train(was_training)
     response = out.sequences[:, ids.shape[1] :]
     picked = None
-    if (
-        logprobs
-    ):  # the policy's log-probs (logits before temperature and top-k/p), as the learner computes them
-        logits = torch.stack(out.logits, dim=1).float()  # (N, steps, V)
-        picked = logits.log_softmax(-1).gather(-1, response[:, : logits.shape[1], None].long())[..., 0]
+    if logprobs:  # under the distribution sampled from: the scores after every processor and warper
+        scores = torch.stack(out.scores, dim=1).float()  # (N, steps, V)
+        picked = scores.log_softmax(-1).gather(-1, response[:, : scores.shape[1], None].long())[..., 0]
     return _cut_at_eos(ids, mask, response, picked, eos=eos, pad=pad, width=max_new_tokens)
+
+
+_NEUTRAL = {
+    "typical_p": 1.0,
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+"""Settings a model's ``generation_config`` may carry that would change the distribution, switched off."""
+
+
+def _sampling_settings(
+    model: Any, temperature: float, top_p: float, top_k: int, greedy: bool
+) -> dict[str, Any]:
+    """The keyword arguments of ``generate`` that make its distribution exactly the run's settings."""
+    if greedy:
+        return {"do_sample": False, **_NEUTRAL}
+    settings: dict[str, Any] = {
+        "do_sample": True,
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        **_NEUTRAL,
+    }
+    config = getattr(model, "generation_config", None)
+    # Settings whose "off" is None cannot be passed as None (None means "unset": the model's value is
+    # used); a value that keeps every token switches them off.
+    if getattr(config, "min_p", None) is not None:
+        settings["min_p"] = 0.0
+    if getattr(config, "top_h", None) is not None:
+        settings["top_h"] = 1.0
+    return settings
 
 
 def _cut_at_eos(

@@ -64,7 +64,7 @@ _KINDS: dict[str, KindSpec] = {
         KindSpec("task", "trinity_core.tasks", "task set", _must_be_task),
         KindSpec("workflow", "trinity_core.workflows", "workflow", _must_be_workflow),
         KindSpec("task_selector", "trinity_core.task_selectors", "task selector"),
-        KindSpec("experience_operator", "trinity_core.experience_operators", "experience operator"),
+        KindSpec("operator", "trinity_core.experience_operators", "experience operator"),
         KindSpec("priority_fn", "trinity_core.priority_fns", "priority function"),
     )
 }

@@ -84,14 +84,14 @@ def _runtime() -> dict[str, Any]:
     return {"context": OperatorContext(group_size=4, max_new_tokens=8)}
 
 
-@check("experience_operator")
+@check("operator")
 def check_experience_operator_returns_a_subset_or_itself(subject: Subject) -> None:
     """it returns (batch, metrics) with the input's rows or a subset of them, columns of fitting shapes"""
     for lazy in (False, True):
         _apply(subject, lazy)
 
 
-@check("experience_operator")
+@check("operator")
 def check_experience_operator_keeps_experiences_in_step(subject: Subject) -> None:
     """the experiences of the result hold the batch's rewards and lengths"""
     _, after, _ = _apply(subject, lazy=True)
@@ -108,7 +108,7 @@ def check_experience_operator_keeps_experiences_in_step(subject: Subject) -> Non
         )
 
 
-@check("experience_operator")
+@check("operator")
 def check_experience_operator_columnar_and_list_agree(subject: Subject) -> None:
     """a batch whose experiences were never made and the same experiences as a list give the same rows
     and rewards"""
@@ -125,7 +125,7 @@ def check_experience_operator_columnar_and_list_agree(subject: Subject) -> None:
         )
 
 
-@check("experience_operator")
+@check("operator")
 def check_experience_operator_metrics_are_scalars(subject: Subject) -> None:
     """metrics are 0-d tensors or numbers"""
     _, _, metrics = _apply(subject, lazy=True)

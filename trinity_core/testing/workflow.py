@@ -88,7 +88,7 @@ def check_workflow_returns_usable_experiences(subject: Subject) -> None:
             )
 
 
-@check("workflow")
+@check("workflow", requires=("workflow_returns_usable_experiences",))
 def check_workflow_ids_are_distinct(subject: Subject) -> None:
     """the experiences of two runs have distinct (run, step) ids, one run per run"""
     exps = run_workflow(subject)

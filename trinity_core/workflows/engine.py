@@ -20,7 +20,7 @@ from trinity_core.lm.sampling import Rollout, encode_prompts, pad_rows, sample_p
 
 __all__ = ["SAMPLING_KEYS", "GenerationEngine", "Request"]
 
-SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "greedy")
+SAMPLING_KEYS = ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "greedy")
 """Sampling settings a call may override (``max_tokens``, Trinity-RFT's name, means ``max_new_tokens``)."""
 
 

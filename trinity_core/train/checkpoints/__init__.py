@@ -12,6 +12,14 @@ or the modes (the learner registers its own state through Accelerate).
 from __future__ import annotations
 
 from trinity_core.train.checkpoints.commit import CheckpointError, latest_checkpoint, read_metrics
-from trinity_core.train.checkpoints.state import load_run, register, save_run
+from trinity_core.train.checkpoints.state import load_run, load_run_from, register, save_run
 
-__all__ = ["CheckpointError", "latest_checkpoint", "load_run", "read_metrics", "register", "save_run"]
+__all__ = [
+    "CheckpointError",
+    "latest_checkpoint",
+    "load_run",
+    "load_run_from",
+    "read_metrics",
+    "register",
+    "save_run",
+]

@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,13 @@ from torch import Tensor
 
 __all__ = [
     "CheckpointError",
+    "intact_checkpoints",
     "latest_checkpoint",
     "load_optimizer_state",
     "optimizer_state_tensors",
     "read_metrics",
     "verify_checkpoint",
+    "warn",
     "write_json_atomic",
 ]
 
@@ -89,8 +91,8 @@ def write_manifest(directory: Path) -> None:
 def verify_checkpoint(directory: Path) -> str | None:
     """What is wrong with the checkpoint ``directory`` (one phrase), or ``None`` when it is intact.
 
-    Intact: ``manifest.json`` is readable, every file it lists has the recorded size and sha256, and
-    ``state.json`` is a JSON object.
+    Intact: ``manifest.json`` is readable and maps each file to its size and sha256, every file it lists
+    has the recorded size and sha256, and ``state.json`` is a JSON object.
     """
     try:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
@@ -101,6 +103,9 @@ def verify_checkpoint(directory: Path) -> str | None:
         files = {name: None for name in ("model.safetensors", "state.json")}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"{MANIFEST} is unreadable ({exc})"
+    malformed = _malformed(files)
+    if malformed:
+        return f"{MANIFEST} is malformed ({malformed})"
     for name, record in files.items():
         path = directory / name
         if not path.is_file():
@@ -121,6 +126,21 @@ def verify_checkpoint(directory: Path) -> str | None:
     return None
 
 
+def _malformed(files: Any) -> str | None:
+    """What is wrong with a manifest's ``files`` (a file name -> ``{"size": int, "sha256": str}`` map)."""
+    if not isinstance(files, dict):
+        return f"'files' is a {type(files).__name__}, not an object"
+    for name, record in files.items():
+        if record is None:
+            continue
+        if not isinstance(record, dict):
+            return f"the record of {name} is a {type(record).__name__}"
+        size, digest = record.get("size"), record.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or not isinstance(digest, str):
+            return f"the record of {name} has no integer size and sha256 text"
+    return None
+
+
 def commit(ckpt_root: Path, tmp: Path, step: int, keep: int) -> Path:
     """Record the manifest of ``tmp``, rename it into place, point ``latest`` at it, drop old checkpoints
     beyond ``keep``."""
@@ -132,6 +152,8 @@ def commit(ckpt_root: Path, tmp: Path, step: int, keep: int) -> Path:
     pointer = ckpt_root / LATEST
     tmp_pointer = ckpt_root / f".{LATEST}.tmp"
     tmp_pointer.write_text(final.name, encoding="utf-8")
+    if pointer.is_dir() and not pointer.is_symlink():  # a damaged pointer (resume warned and skipped it)
+        shutil.rmtree(pointer)
     os.replace(tmp_pointer, pointer)
     complete = sorted(p for p in ckpt_root.glob("step-*") if p.is_dir())
     for old in complete[:-keep]:
@@ -141,11 +163,12 @@ def commit(ckpt_root: Path, tmp: Path, step: int, keep: int) -> Path:
     return final
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
+    """Print ``message`` as a warning of ``trinity train`` on stderr."""
     print(f"trinity train: warning: {message}", file=sys.stderr)
 
 
-def latest_checkpoint(run_dir: Path, warn: Callable[[str], None] = _warn) -> Path | None:
+def latest_checkpoint(run_dir: Path, warn: Callable[[str], None] = warn) -> Path | None:
     """The newest intact checkpoint of ``run_dir`` (``latest`` first, then by step, newest first).
 
     A damaged checkpoint (see :func:`verify_checkpoint`) is skipped with a call to ``warn`` naming it,
@@ -154,36 +177,60 @@ def latest_checkpoint(run_dir: Path, warn: Callable[[str], None] = _warn) -> Pat
     Raises:
         CheckpointError: checkpoints exist but none is intact.
     """
+    return next(intact_checkpoints(run_dir, warn), None)
+
+
+def intact_checkpoints(run_dir: Path, warn: Callable[[str], None] = warn) -> Iterator[Path]:
+    """The intact checkpoints of ``run_dir``, the one to resume from first (see :func:`latest_checkpoint`).
+
+    An unreadable ``latest`` pointer (not text, a directory) is ignored with a warning: the newest
+    checkpoint by step is then first.
+
+    Raises:
+        CheckpointError: checkpoints exist but none is intact (when the iteration gets there).
+    """
     root = run_dir / "checkpoints"
     candidates = sorted((p for p in root.glob("step-*") if p.is_dir()), reverse=True)
-    pointer = root / LATEST
-    if pointer.exists():
-        named = root / pointer.read_text(encoding="utf-8").strip()
-        if named in candidates:  # normally the newest; after a kill between rename and pointer, not
-            candidates.remove(named)
-            candidates.insert(0, named)
+    named = _pointed_at(root, warn)
+    if named in candidates:  # normally the newest; after a kill between rename and pointer, not
+        candidates.remove(named)
+        candidates.insert(0, named)
     damaged: list[str] = []
     for path in candidates:
         problem = verify_checkpoint(path)
-        if problem is None:
-            if not (path / MANIFEST).exists():
-                warn(f"checkpoint {path} has no {MANIFEST} (written by an older trinity-core): not verified")
-            if damaged:
-                warn(f"{'; '.join(damaged)}; resuming from {path.name} instead")
-            return path
-        damaged.append(f"checkpoint {path} is damaged: {problem}")
+        if problem is not None:
+            damaged.append(f"checkpoint {path} is damaged: {problem}")
+            continue
+        if not (path / MANIFEST).exists():
+            warn(f"checkpoint {path} has no {MANIFEST} (written by an older trinity-core): not verified")
+        if damaged:
+            warn(f"{'; '.join(damaged)}; resuming from {path.name} instead")
+            damaged = []
+        yield path
     if damaged:
         raise CheckpointError(
             f"{'; '.join(damaged)}; no intact checkpoint is left in {root}: start a new run (--overwrite)"
         )
-    return None
+
+
+def _pointed_at(root: Path, warn: Callable[[str], None]) -> Path | None:
+    """The checkpoint ``latest`` names, or None when there is no pointer or it cannot be read."""
+    pointer = root / LATEST
+    if not pointer.exists():
+        return None
+    try:
+        return root / pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        warn(f"{pointer} is unreadable ({type(exc).__name__}); resuming from the newest intact checkpoint")
+        return None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl``; a last line cut short by a crash is left out.
 
     Raises:
-        CheckpointError: a line other than the last is not JSON (the file was damaged, not cut short).
+        CheckpointError: a line other than the last is not JSON (the file was damaged, not cut short), or
+            a line is not a metrics row (a JSON object with a numeric ``step``).
     """
     lines = path.read_text(encoding="utf-8").splitlines()
     rows = []
@@ -191,13 +238,20 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
             if number == len(lines):
                 break  # a kill while the row was being written
             raise CheckpointError(
                 f"{path}: line {number} is not JSON; delete the line (or the file) and resume again"
             ) from None
+        step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(step, int | float) or isinstance(step, bool):
+            raise CheckpointError(
+                f"{path}: line {number} is not a metrics row (a JSON object with a numeric 'step'); "
+                "delete the line (or the file) and resume again"
+            )
+        rows.append(row)
     return rows
 
 

@@ -16,9 +16,12 @@ written in place, which would break the write-then-rename commit.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,15 @@ import torch
 from trinity_core.train.checkpoints import commit as ckpt
 from trinity_core.train.checkpoints.commit import CheckpointError
 
-__all__ = ["BufferCursor", "RankStates", "SchedulerState", "load_run", "register", "save_run"]
+__all__ = [
+    "BufferCursor",
+    "RankStates",
+    "SchedulerState",
+    "load_run",
+    "load_run_from",
+    "register",
+    "save_run",
+]
 
 STATE = "state.json"
 LAYOUT = "accelerate"
@@ -138,14 +149,23 @@ def register(accelerator: Any, learner: Any, task_generator: torch.Generator, ta
     held[2].replay = getattr(learner, "replay", None)
 
 
-def save_run(run_dir: Path, step: int, accelerator: Any, keep: int) -> None:
-    """Write the checkpoint of ``step`` atomically with ``accelerator.save_state`` (all ranks call it)."""
+def save_run(
+    run_dir: Path, step: int, accelerator: Any, keep: int, extra: Callable[[Path], None] | None = None
+) -> None:
+    """Write the checkpoint of ``step`` atomically with ``accelerator.save_state`` (all ranks call it).
+
+    ``extra(directory)``, called on every rank before the commit, writes more of the run's state into
+    the checkpoint's directory (each rank its own files).
+    """
     root = run_dir / "checkpoints"
     tmp = root / f".tmp-{ckpt.step_dir_name(step)}"
     if accelerator.is_main_process:
         ckpt.begin(root, step)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
+    with _tied_weights_quiet():
+        accelerator.save_state(str(tmp))
+    if extra is not None:
+        extra(tmp)
     if accelerator.is_main_process:
         meta = {
             "step": step,
@@ -158,6 +178,26 @@ def save_run(run_dir: Path, step: int, accelerator: Any, keep: int) -> None:
     if accelerator.is_main_process:
         ckpt.commit(root, tmp, step, keep)
     accelerator.wait_for_everyone()
+
+
+class _TiedWeightsNote(logging.Filter):
+    """Drops Accelerate's note that a tied weight (``lm_head.weight`` = the embeddings) is saved once: the
+    loading side ties it again, so the note said nothing a user could act on, at every checkpoint."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for the tied-weights note, True for everything else."""
+        return "Removed shared tensor" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _tied_weights_quiet() -> Iterator[None]:
+    """Without the tied-weights note while the block runs (see :class:`_TiedWeightsNote`)."""
+    note, logger = _TiedWeightsNote(), logging.getLogger("accelerate.utils.other")
+    logger.addFilter(note)
+    try:
+        yield
+    finally:
+        logger.removeFilter(note)
 
 
 def check_compatible(path: Path, meta: dict[str, Any], accelerator: Any, run_dir: Path) -> None:
@@ -185,7 +225,8 @@ def load_run(
     run_dir: Path, accelerator: Any, learner: Any, task_generator: torch.Generator, task: Any = None
 ) -> int:
     """Restore the last intact checkpoint of ``run_dir`` (this layout or the one before, see
-    :mod:`~trinity_core.train.checkpoints.legacy`); return its step.
+    :mod:`~trinity_core.train.checkpoints.legacy`); return its step (:func:`load_run_from` also gives its
+    directory).
 
     The metrics of steps after the checkpoint are dropped from ``metrics.jsonl`` (they are replayed).
 
@@ -193,20 +234,14 @@ def load_run(
         CheckpointError: no intact checkpoint, another world size or precision, or states that do not
             fit this run (another model, no critic).
     """
-    from trinity_core.train.checkpoints.legacy import is_legacy, load_legacy
+    return load_run_from(run_dir, accelerator, learner, task_generator, task)[0]
 
-    path = ckpt.latest_checkpoint(run_dir)
-    if path is None:
-        raise CheckpointError(
-            f"--resume {run_dir}: no complete checkpoint in {run_dir / 'checkpoints'}; start a "
-            "new run (--overwrite) instead"
-        )
-    meta = json.loads((path / STATE).read_text(encoding="utf-8"))
-    check_compatible(path, meta, accelerator, run_dir)
-    if is_legacy(path):
-        load_legacy(path, meta, accelerator, learner, task_generator, task)
-    else:
-        _load_state(path, accelerator, learner)
+
+def load_run_from(
+    run_dir: Path, accelerator: Any, learner: Any, task_generator: torch.Generator, task: Any = None
+) -> tuple[int, Path]:
+    """:func:`load_run`, returning the step and the checkpoint directory it restored."""
+    path, meta = _restore_newest(run_dir, accelerator, learner, task_generator, task)
     step = int(meta["step"])
     metrics = run_dir / "metrics.jsonl"
     if accelerator.is_main_process and metrics.exists():
@@ -215,7 +250,46 @@ def load_run(
         tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         os.replace(tmp, metrics)
     accelerator.wait_for_everyone()
-    return step
+    return step, path
+
+
+def _restore_newest(
+    run_dir: Path, accelerator: Any, learner: Any, task_generator: torch.Generator, task: Any
+) -> tuple[Path, dict[str, Any]]:
+    """Load the newest intact checkpoint into the run; return it and its ``state.json``.
+
+    A checkpoint without a manifest (written before manifests) is only checked for its files' presence;
+    when such a one does not load (a truncated optimizer state, say), the next older intact checkpoint
+    is loaded instead, with a warning. A checkpoint with a manifest was written whole: when it does not
+    load, this run differs from the one that wrote it, which is the error.
+    """
+    from trinity_core.train.checkpoints.legacy import is_legacy, load_legacy
+
+    failed: list[str] = []
+    for path in ckpt.intact_checkpoints(run_dir):
+        meta = json.loads((path / STATE).read_text(encoding="utf-8"))
+        check_compatible(path, meta, accelerator, run_dir)
+        try:
+            if is_legacy(path):
+                load_legacy(path, meta, accelerator, learner, task_generator, task)
+            else:
+                _load_state(path, accelerator, learner)
+        except CheckpointError as exc:
+            if (path / ckpt.MANIFEST).exists():
+                raise
+            failed.append(f"checkpoint {path} (no {ckpt.MANIFEST}) does not load: {exc}")
+            continue
+        if failed:
+            ckpt.warn(f"{'; '.join(failed)}; resumed from {path.name} instead")
+        return path, meta
+    if failed:
+        raise CheckpointError(
+            f"{'; '.join(failed)}; no older intact checkpoint: start a new run (--overwrite)"
+        )
+    raise CheckpointError(
+        f"--resume {run_dir}: no complete checkpoint in {run_dir / 'checkpoints'}; start a "
+        "new run (--overwrite) instead"
+    )
 
 
 def _load_state(path: Path, accelerator: Any, learner: Any) -> None:

@@ -86,7 +86,7 @@ def _from_disk(folder: Path, split: str, key: str) -> Any:
         raise TaskDataError(
             f"tasks.args.path: dataset '{folder}' is empty; give it at least one row"
         ) from None
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         raise TaskDataError(
             f"tasks.args.path: cannot load a dataset from '{folder}' ({exc}); write it with "
             "Dataset.save_to_disk(path)"
@@ -123,7 +123,14 @@ def load_split(path: str, split: str, *, key: str = "tasks.args.split") -> Any:
                 f"tasks.args.path: cannot read '{local}': unknown file type {local.suffix!r}; give one of "
                 f"{sorted(BUILDERS)} or a save_to_disk folder"
             )
-        if _empty_file(local, builder):
+        try:
+            empty = _empty_file(local, builder)
+        except OSError as exc:
+            raise TaskDataError(
+                f"tasks.args.path: cannot read '{local}' ({exc.strerror or exc}); make it readable or give "
+                "another path"
+            ) from None
+        if empty:
             raise TaskDataError(f"tasks.args.path: dataset '{path}' is empty; give it at least one row")
         source, options = builder, {"data_files": {"train": str(local)}}
     elif local.is_dir():

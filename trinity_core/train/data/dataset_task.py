@@ -193,6 +193,11 @@ class DatasetTask(Task):
                 text = f"{self.system_prompt}\n{text}"
         out = {**row, "prompt": text, "prompt_messages": messages}
         if self._answer_column in row:
+            if row[self._answer_column] is None:
+                raise TaskDataError(
+                    f"tasks.args.answer_key: row {index} of {where} has {self._answer_column} = None; every "
+                    "answer must be given: fix or drop the row"
+                )
             out["answer"] = row[self._answer_column]
         return out
 

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from trinity_core.components.base import ComponentArgs
+from trinity_core.components.faults import call_component
 from trinity_core.components.task_selector import TaskSelector
 from trinity_core.config.buffer_config import WeightSchedule
 from trinity_core.registry import PluginContractError
@@ -115,7 +116,7 @@ class Member:
         """``n`` row numbers from the selector, checked."""
         assert self.selector is not None
         self.selector.generator = generator
-        got = self.selector.get_indices(n)
+        got = call_component("task_selector", self.selector, self.selector.get_indices, n)
         if (
             not isinstance(got, Tensor)
             or got.shape != (n,)
@@ -234,7 +235,7 @@ class SelectedTasks(Task):
             if member.selector is None:
                 continue
             if indices is not None:
-                member.selector.update(indices, mine)
+                call_component("task_selector", member.selector, member.selector.update, indices, mine)
             for key, value in member.selector.metrics(indices if indices is not None else empty).items():
                 metrics[f"{prefix}/{key}"] = torch.as_tensor(value, dtype=torch.float64)
         return metrics

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from trinity_core.buffer import BufferWriter
+from trinity_core.components.faults import FINITE_PREFIX
 from trinity_core.config import ResolvedConfig
 from trinity_core.experience import Experience
 from trinity_core.lm.sampling import Rollout, decode_completions, generate
@@ -71,10 +72,12 @@ class Explored:
     experiences: list[Experience] | None = None
     """A per-task workflow's experiences (then ``rollout`` is None); see docs/workflows.md."""
     metrics: dict[str, Tensor] = field(default_factory=dict)
-    task_offset: int = 0
-    """The global index of this rank's first prompt (EID ``task``), distinct for every round of a step."""
+    task_offset: int | None = None
+    """The global index of this rank's first prompt (EID ``task``), distinct for every round of a step;
+    None: the first round's (``rank * prompts_per_rank``)."""
     operated: Sequence[Experience] | None = None
-    """The step's experiences after ``rollout.experience_pipeline`` (every round's); None: not run yet."""
+    """The step's experiences after ``rollout.experience_pipeline`` (every round's), when it has operators
+    besides the hooks; None: the hooks run in :meth:`Explorer.write`."""
     all_rewards: list[float | None] | None = None
     """Every round's rewards (``rewards`` are the first round's, those of ``rollout``)."""
 
@@ -148,6 +151,8 @@ class Explorer:
         reward them and run the experience pipeline; more rounds when an operator asks for them."""
         start = time.perf_counter()
         explored = self.sample_round(step, 0)
+        if not self.pipeline.operators:  # the hooks alone: they run in write(), as they always did
+            return explored
         operated = self.pipeline.operate(self.experiences(explored), step)
         if self.pipeline.max_extra_rounds:
             operated = top_up(self, step, explored, operated)
@@ -186,6 +191,7 @@ class Explorer:
             temperature=self.config.rollout.temperature,
             top_p=self.config.rollout.top_p,
             top_k=self.config.rollout.top_k,
+            min_new_tokens=self.config.rollout.min_new_tokens,
             logprobs=self.behaviour_logprobs,  # the log-probs that travel with the experiences
         )
         rewards, completions = self._rewards(rows, rollout)
@@ -247,11 +253,14 @@ class Explorer:
 
     def write(self, explored: Explored) -> dict[str, Tensor]:
         """The step's experiences (after the operators) into the buffer; return the explorer's metrics."""
-        if explored.operated is None:  # a rollout made without rollout(): run the operators now
-            explored.operated = self.pipeline.operate(self.experiences(explored), explored.step).experiences
+        if explored.operated is None:  # no operator but the hooks (or made before rollout() ran them)
+            operated = self.pipeline.operate(self.experiences(explored), explored.step)
+            explored.operated = operated.experiences
+            explored.metrics.update(operated.metrics)
+            explored.metrics.update(kept_metrics(self.pipeline, operated, explored.step))
         adv_metrics = self.pipeline.store(explored.operated, explored.step)
         metrics = {
-            f"advantage/{k}": torch.as_tensor(v)
+            k if k.startswith(FINITE_PREFIX) else f"advantage/{k}": torch.as_tensor(v)
             for k, v in adv_metrics.items()
             if isinstance(v, Tensor | float | int)
         }
@@ -278,7 +287,9 @@ class Explorer:
             explored.rewards,
             step=explored.step,
             group_size=self.group_size,
-            task_offset=explored.task_offset,
+            task_offset=self.rank * self.prompts_per_rank
+            if explored.task_offset is None
+            else explored.task_offset,
             pad_token_id=self.tokenizer.pad_token_id,
             group_levels=self.pipeline.group_levels,
             model_version=explored.model_version,

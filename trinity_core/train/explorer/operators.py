@@ -71,8 +71,8 @@ def build_stages(config: ResolvedConfig, pm: Any, max_new_tokens: int) -> list[S
     for i, entry in enumerate(entries):
         where = f"rollout.experience_pipeline[{i}]"
         try:
-            record = registry.record("experience_operator", entry.name)
-            op = registry.create("experience_operator", entry.name, entry.args, context=context)
+            record = registry.record("operator", entry.name)
+            op = registry.create("operator", entry.name, entry.args, context=context)
         except registry.ComponentArgsError as exc:
             raise ConfigError([ConfigProblem(f"{where}.args", str(exc))]) from None
         except registry.PluginError as exc:

@@ -23,9 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import torch
+from torch import Tensor
+
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch, GroupLevel, LazyExperiences
 from trinity_core.buffer import BufferWriter
 from trinity_core.components import GroupAdvantage, Metrics
+from trinity_core.components.faults import ComponentFault, call_component, component_label, finite_flag
 from trinity_core.experience import Experience
 from trinity_core.hooks import run_experience_pipeline
 from trinity_core.registry import PluginContractError
@@ -109,7 +113,7 @@ class ExperiencePipeline:
                     current = run_experience_pipeline(self.pm, list(current), step)
                 continue
             batch = as_batch(current, self.pad_token_id)
-            out = stage.operator(batch, step)
+            out = call_component("operator", stage.operator, stage.operator, batch, step)
             if not isinstance(out, tuple) or len(out) != 2:
                 raise PluginContractError(
                     f"{stage.describe} returned {type(out).__name__} at step {step}; return (batch, metrics)"
@@ -122,15 +126,24 @@ class ExperiencePipeline:
         return Operated(current, metrics, rows_in=len(experiences))
 
     def store(self, experiences: Sequence[Experience], step: int) -> Metrics:
-        """The add strategy, or the advantage and the buffer; return the advantage's metrics."""
+        """The add strategy, or the advantage and the buffer; return the advantage's metrics (with the
+        ``_finite/<kind>`` flag of the advantages it computed, :mod:`trinity_core.components.faults`)."""
         comps = self.components
         if comps.add_strategy is not None:
-            _, added = self.event_loop.run_until_complete(comps.add_strategy.add(list(experiences), step))
-            return cast(Metrics, added)
+            strategy, listed = comps.add_strategy, list(experiences)
+            run = self.event_loop.run_until_complete
+            _, added = call_component("add_strategy", strategy, run, strategy.add(listed, step))
+            return {**cast(Metrics, added), **dict([_listed_flag("add_strategy", listed)])}
         written: Written = experiences
         metrics: Metrics = {}
         if comps.advantage is not None and not comps.advantage_in_trainer:
             written, metrics = self._advantage(experiences)
+            flag = (
+                finite_flag("advantage_fn", written.advantages)
+                if isinstance(written, ExperienceBatch) and written.advantages is not None
+                else _listed_flag("advantage_fn", cast(Sequence[Experience], written))
+            )
+            metrics = {**metrics, **dict([flag])}
         self._write(written)
         return metrics
 
@@ -140,9 +153,15 @@ class ExperiencePipeline:
         if self.columnar is not None and _unmade(experiences):
             batch = cast(LazyExperiences[ExperienceBatch], experiences).batch
             assert batch is not None  # a rollout batch is attached to its experiences when built
-            return pipeline_advantage_on_batch(cast(GroupAdvantage, advantage), batch)
-        exps, metrics = advantage(list(experiences))
-        return exps, metrics
+            on_batch = pipeline_advantage_on_batch
+            return call_component("advantage_fn", advantage, on_batch, cast(GroupAdvantage, advantage), batch)
+        result = call_component("advantage_fn", advantage, advantage, list(experiences))
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)):
+            raise ComponentFault(
+                f"{component_label('advantage_fn', advantage)} returned {type(result).__name__}; return "
+                "(experiences, metrics)"
+            )
+        return result[0], result[1]
 
     def _write(self, written: Written) -> None:
         """Into the buffer: a batch whose experiences were never made is stored as it is."""
@@ -154,6 +173,12 @@ class ExperiencePipeline:
             self.event_loop.run_until_complete(self.writer.write_batch(batch))
         else:
             self.event_loop.run_until_complete(self.writer.write(list(written)))
+
+
+def _listed_flag(kind: str, experiences: Sequence[Experience]) -> tuple[str, Tensor]:
+    """The finiteness flag of the advantages of ``experiences`` (those that have some)."""
+    values = [e.advantages.reshape(-1) for e in experiences if e.advantages is not None]
+    return finite_flag(kind, torch.cat(values) if values else torch.zeros(0))
 
 
 def _unmade(experiences: Sequence[Experience]) -> bool:

@@ -48,7 +48,8 @@ def reward_matrix(explored: Explored, prompts: int, group_size: int) -> Tensor:
         return torch.tensor(values, dtype=torch.float64).reshape(prompts, group_size)
     per_row: list[list[float]] = [[] for _ in range(prompts)]
     for exp in explored.experiences:
-        row = int(exp.eid.task) - explored.task_offset if isinstance(exp.eid.task, int) else -1
+        offset = explored.task_offset or 0
+        row = int(exp.eid.task) - offset if isinstance(exp.eid.task, int) else -1
         if 0 <= row < prompts:
             per_row[row].append(math.nan if exp.reward is None else float(exp.reward))
     width = max((len(r) for r in per_row), default=0)

@@ -45,6 +45,7 @@ def build_workflow(
             "temperature": rcfg.temperature,
             "top_p": rcfg.top_p,
             "top_k": rcfg.top_k,
+            "min_new_tokens": rcfg.min_new_tokens,
             "greedy": False,
         },
     )

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trinity_core.components.faults import FINITE_PREFIX, call_component, checked_loss, finite_flag
 from trinity_core.config import ResolvedConfig
 from trinity_core.ops import global_normalizers, masked_var
 from trinity_core.train.learner.micro_batches import micro_batches, row_ranges
@@ -139,6 +140,7 @@ class Critic:
         mode = self.config.algorithm.loss_agg_mode
         terms: list[dict[str, Tensor]] = []
         norms: list[Tensor] = []
+        finite: list[Tensor] = []
         for _epoch in range(tcfg.epochs):
             for rows in row_ranges(n, tcfg.minibatches):
                 micro = micro_batches(rows, tcfg.micro_batch_size)
@@ -147,7 +149,10 @@ class Critic:
                     ctx = contextlib.nullcontext() if i == len(micro) - 1 else acc.no_sync(self.model)
                     with prof.section("critic_update"), ctx:
                         vpreds = response_values(self.model, ids[m], None if attn is None else attn[m], P)
-                        loss, metrics = self.loss_fn(
+                        result = call_component(
+                            "value_loss",
+                            self.loss_fn,
+                            self.loss_fn,
                             vpreds,
                             columns["values"][m],
                             columns["returns"][m],
@@ -155,6 +160,8 @@ class Critic:
                             loss_scale=scale,
                             loss_agg_mode=mode,
                         )
+                        loss, metrics = checked_loss("value_loss", self.loss_fn, result, vpreds)
+                        finite.append(finite_flag("value_loss", loss)[1])
                         acc.backward(loss)
                     terms.append(metrics)
                 with prof.section("critic_update"):
@@ -166,6 +173,7 @@ class Critic:
             f"critic/{k}": torch.stack([t[k].to(torch.float64) for t in terms if k in t]).mean()
             for k in {k for t in terms for k in t}
         }
+        out[f"{FINITE_PREFIX}value_loss"] = torch.stack(finite).min()
         if norms:
             out["critic/grad_norm"] = torch.stack([g.detach().to(torch.float64) for g in norms]).mean()
         out["critic/explained_variance"] = explained_variance(columns["values"], columns["returns"], mask)

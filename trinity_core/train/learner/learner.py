@@ -30,7 +30,9 @@ from torch import Tensor
 
 from trinity_core.batch import GROUP_LEVELS, ExperienceBatch
 from trinity_core.buffer import BufferReader, MemoryReader
+from trinity_core.components.faults import component_label, raise_on_non_finite
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.lm.distribution import SamplingDistribution
 from trinity_core.train.data.stored import StoredExperiences
 from trinity_core.train.learner.balance import balance_batch, balances
 from trinity_core.train.learner.critic import build_critic
@@ -43,7 +45,7 @@ from trinity_core.train.learner.update import PolicyUpdate
 from trinity_core.train.models.policy import needs_train_mode
 from trinity_core.train.report.profile import StepProfiler
 
-__all__ = ["Learner", "batch_metrics", "check_loss_inputs"]
+__all__ = ["Learner", "batch_metrics", "check_loss_inputs", "sampled_distribution"]
 
 
 def check_loss_inputs(
@@ -103,9 +105,11 @@ class Learner:
         profiler: StepProfiler,
         event_loop: asyncio.AbstractEventLoop,
         expert: ExpertData | None = None,
+        eos_token_id: int | None = None,
     ) -> None:
         """Hold the parts of the step and build its critic, teacher and passes."""
         tcfg = config.trainer
+        self.distribution = sampled_distribution(config, eos_token_id)
         self.acc, self.components, self.profiler, self.event_loop = (
             accelerator,
             components,
@@ -126,6 +130,7 @@ class Learner:
             components=components,
             profiler=profiler,
             train_mode=needs_train_mode(config),
+            distribution=self.distribution,
         )
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.policy = self.updater.policy
@@ -168,7 +173,7 @@ class Learner:
         if self.expert is not None:
             batch = self.expert.mix(batch, step)
         # 3. The passes: no-grad log-probs, critic values, KL penalty, trainer-side advantages.
-        inputs = StepInputs.of(batch)
+        inputs = StepInputs.of(batch, self.distribution)
         for run_pass in self.passes:
             metrics.update(run_pass(inputs, step))
         # 4. The update (the critic's, then the policy's), and the metrics of the rows trained on.
@@ -276,21 +281,57 @@ class Learner:
 
     # ------------------------------------------------------------------ helpers
 
-    def reduce(self, metrics: dict[str, Tensor]) -> dict[str, float]:
-        """The step's metrics averaged over ranks: one reduction, one host transfer."""
+    def reduce(self, metrics: dict[str, Tensor], step: int = -1) -> dict[str, float]:
+        """The step's metrics averaged over ranks: one reduction, one host transfer.
+
+        Raises:
+            ComponentFault: a component produced a NaN or infinite loss or advantage this step (its
+                ``_finite/<kind>`` flag, :mod:`trinity_core.components.faults`), before anything of the
+                step is recorded or checkpointed.
+        """
         keys = sorted(metrics)
         stacked = torch.stack(
             [torch.as_tensor(metrics[k]).to(self.acc.device, torch.float64).reshape(()) for k in keys]
         )
         if self.acc.num_processes > 1:
             stacked = self.acc.reduce(stacked, reduction="mean")
-        return dict(zip(keys, stacked.tolist(), strict=True))
+        out = dict(zip(keys, stacked.tolist(), strict=True))
+        raise_on_non_finite(out, self._labels(), step)
+        return out
+
+    def _labels(self) -> dict[str, str]:
+        """``kind -> component label`` of the run's components (for fault messages)."""
+        comps = self.components
+        roles = {
+            "policy_loss": comps.policy_loss,
+            "kl_fn": comps.kl_loss or comps.kl_penalty,
+            "entropy_loss": comps.entropy,
+            "advantage_fn": comps.advantage,
+            "add_strategy": comps.add_strategy,
+            "value_loss": getattr(comps, "value_loss", None),
+        }
+        return {kind: component_label(kind, c) for kind, c in roles.items() if c is not None}
 
     def trim_buffer(self) -> None:
         """Free what was read: the memory buffer keeps every item it was given, and an on-policy learner
         has read them all."""
         if isinstance(self.reader, MemoryReader) and len(self.reader) == 0:
             self.reader.discard_read()
+
+
+def sampled_distribution(config: ResolvedConfig, eos_token_id: int | None) -> SamplingDistribution | None:
+    """The distribution the run's rollouts are drawn from (``rollout`` settings); None in mode ``train``,
+    whose stored rows were not sampled by this run (their log-probs are of ``softmax(logits)``)."""
+    if config.mode == "train":
+        return None
+    rcfg = config.rollout
+    return SamplingDistribution(
+        temperature=rcfg.temperature,
+        top_k=rcfg.top_k,
+        top_p=rcfg.top_p,
+        min_new_tokens=rcfg.min_new_tokens,
+        eos_token_id=eos_token_id,
+    )
 
 
 def batch_metrics(batch: ExperienceBatch) -> dict[str, Tensor]:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trinity_core.lm.distribution import SamplingDistribution, tokens_into_turn
 from trinity_core.lm.forward_call import forward_parameters, model_under_wrappers
 from trinity_core.lm.shared_prompt import shared_prompt_logits
 
@@ -24,8 +25,15 @@ def response_logprobs(
     with_entropy: bool,
     entropy_grad: bool = True,
     share_prompts: bool = False,
+    distribution: SamplingDistribution | None = None,
+    action_mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs ``(B, R)`` of the response tokens ``input_ids[:, P:]`` (and per-token entropy).
+
+    With ``distribution`` both are those of the distribution the sampler drew the tokens from
+    (:class:`~trinity_core.lm.distribution.SamplingDistribution`: temperature, top-k, top-p, end of
+    sequence banned for the first ``min_new_tokens`` of each turn, the turns read from ``action_mask``);
+    without it, of ``softmax(logits)``.
 
     Position ids follow the attention mask, as in ``generate`` with left-padded prompts. Pass
     ``attention_mask=None`` when no prompt is padded: right padding after the responses cannot affect
@@ -50,12 +58,23 @@ def response_logprobs(
             kwargs["attention_mask"] = attention_mask.long()
         logits = model(input_ids=input_ids, **kwargs).logits[:, -width:-1]
     logits = logits.float()
+    warped = distribution is not None and not distribution.is_plain
+    if warped:
+        assert distribution is not None
+        into_turn = None if action_mask is None else tokens_into_turn(action_mask)
+        logits = distribution.warp(logits, into_turn)
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, input_ids[:, prompt_width:, None].long()).squeeze(-1) - lse
+    if warped and action_mask is not None:
+        # A token that was not sampled (padding, an environment's tokens) may lie outside the sampler's
+        # support (-inf); the loss never reads it, and a masked -inf would turn its sums into NaN.
+        logp = torch.where(action_mask.to(torch.bool), logp, 0.0)
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
-            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            # Tokens the sampler never draws (-inf) have probability 0 and add nothing.
+            finite = torch.where(torch.isfinite(logits), logits, 0.0)
+            entropy = lse - (torch.softmax(logits, dim=-1) * finite).sum(-1)
     return logp, entropy
 
 

@@ -24,9 +24,10 @@ import torch
 from torch import Tensor
 
 from trinity_core.batch import ExperienceBatch
+from trinity_core.components.faults import ComponentFault, call_component, component_label, finite_flag
+from trinity_core.lm.distribution import SamplingDistribution
 from trinity_core.train.learner.critic import Critic
 from trinity_core.train.learner.logprobs import response_logprobs
-from trinity_core.train.learner.teacher import score_with_teacher
 from trinity_core.train.report.profile import StepProfiler
 
 __all__ = [
@@ -50,19 +51,22 @@ class StepInputs:
         ids: ``(B, P + R)`` int64 token ids, prompts left-padded to ``prompt_width``.
         attn: the attention mask, or None when no prompt is padded (the model's plain causal path).
         prompt_width: ``P``.
+        distribution: the distribution the rows were sampled from (None: ``softmax(logits)``), which
+            every log-prob pass computes.
     """
 
     batch: ExperienceBatch
     ids: Tensor
     attn: Tensor | None
     prompt_width: int
+    distribution: SamplingDistribution | None = None
 
     @classmethod
-    def of(cls, batch: ExperienceBatch) -> StepInputs:
+    def of(cls, batch: ExperienceBatch, distribution: SamplingDistribution | None = None) -> StepInputs:
         """The inputs of ``batch``."""
         P = batch.max_prompt_length
         attn = None if int(batch.prompt_lengths.min()) == P else batch.attention_mask
-        return cls(batch, batch.input_ids.long(), attn, P)
+        return cls(batch, batch.input_ids.long(), attn, P, distribution)
 
     @property
     def mask(self) -> Tensor:
@@ -73,7 +77,14 @@ class StepInputs:
     def logprobs(self, model: Any, share_prompts: bool) -> Tensor:
         """Log-probs of the response tokens under ``model`` without entropy (call it under no_grad)."""
         return response_logprobs(
-            model, self.ids, self.attn, self.prompt_width, False, share_prompts=share_prompts
+            model,
+            self.ids,
+            self.attn,
+            self.prompt_width,
+            False,
+            share_prompts=share_prompts,
+            distribution=self.distribution,
+            action_mask=self.mask,
         )[0]
 
 
@@ -110,7 +121,13 @@ class CriticValues:
 
 
 class TeacherPass:
-    """The teacher's log-probs of the sampled tokens (and the student's ``old_logprobs`` when missing)."""
+    """The teacher's log-probs of the sampled tokens into ``batch.extras["teacher_logprobs"]``.
+
+    The student's side, ``old_logprobs``, is added too when neither an earlier pass nor the rollout
+    (``batch.logprobs``) gave it: the distillation advantages compare the two. Both are under the
+    distribution the student sampled from (the teacher's logits through the same temperature and
+    filters).
+    """
 
     def __init__(self, teacher: Any, policy: Any, profiler: StepProfiler, share_prompts: bool) -> None:
         """Keep the teacher and the policy it is compared with."""
@@ -122,17 +139,13 @@ class TeacherPass:
         )
 
     def __call__(self, inputs: StepInputs, step: int) -> dict[str, Tensor]:
-        """Fill ``teacher_logprobs`` (see :func:`~trinity_core.train.learner.teacher.score_with_teacher`)."""
-        score_with_teacher(
-            self.teacher,
-            self.policy,
-            inputs.batch,
-            inputs.ids,
-            inputs.attn,
-            inputs.prompt_width,
-            self.profiler,
-            self.share_prompts,
-        )
+        """Fill ``teacher_logprobs`` (and ``old_logprobs`` when missing); no metrics."""
+        with torch.no_grad():
+            with self.profiler.section("teacher"):
+                inputs.batch.extras["teacher_logprobs"] = inputs.logprobs(self.teacher, self.share_prompts)
+            if "old_logprobs" not in inputs.batch.extras and inputs.batch.logprobs is None:
+                with self.profiler.section("old_logprob"):
+                    inputs.batch.extras["old_logprobs"] = inputs.logprobs(self.policy, self.share_prompts)
         return {}
 
 
@@ -150,8 +163,14 @@ class KLPenalty:
         if old is None:
             with torch.no_grad():
                 old = inputs.logprobs(self.policy, self.share_prompts)
-        scores, metrics = self.kl_fn.apply_kl_penalty_to_reward(
-            batch.token_level_scores(), old, batch.extras["ref_logprobs"], inputs.mask
+        scores, metrics = call_component(
+            "kl_fn",
+            self.kl_fn,
+            self.kl_fn.apply_kl_penalty_to_reward,
+            batch.token_level_scores(),
+            old,
+            batch.extras["ref_logprobs"],
+            inputs.mask,
         )
         batch.token_level_reward = scores
         return {f"kl_penalty/{k}": v for k, v in metrics.items()}
@@ -165,13 +184,22 @@ class TrainerAdvantage:
         self.advantage = advantage
 
     def __call__(self, inputs: StepInputs, step: int) -> dict[str, Tensor]:
-        """Set the batch's advantages (and returns); return ``advantage/<metric>``."""
-        inputs.batch, metrics = self.advantage(inputs.batch)
-        return {
+        """Set the batch's advantages (and returns); return ``advantage/<metric>`` and the finiteness flag of
+        the advantages."""
+        batch, metrics = call_component("advantage_fn", self.advantage, self.advantage, inputs.batch)
+        if not isinstance(batch, ExperienceBatch) or batch.advantages is None:
+            raise ComponentFault(
+                f"{component_label('advantage_fn', self.advantage)} returned no batch with advantages "
+                f"({type(batch).__name__}); return the batch with its advantages set, and the metrics"
+            )
+        inputs.batch = batch
+        out = {
             f"advantage/{k}": torch.as_tensor(v)
             for k, v in metrics.items()
             if isinstance(v, Tensor | float | int)
         }
+        out.update([finite_flag("advantage_fn", batch.advantages)])
+        return out
 
 
 def build_passes(

@@ -23,12 +23,10 @@ import io
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
-from trinity_core.train.learner.logprobs import response_logprobs
 
-__all__ = ["load_teacher", "score_with_teacher"]
+__all__ = ["load_teacher"]
 
 _KEY = "model.teacher_path"
 
@@ -74,31 +72,3 @@ def load_teacher(config: ResolvedConfig, policy: Any, device: torch.device) -> A
     teacher.eval()
     teacher.requires_grad_(False)
     return teacher.to(device)
-
-
-def score_with_teacher(
-    teacher: Any,
-    policy: Any,
-    batch: Any,
-    ids: Tensor,
-    attn: Tensor | None,
-    P: int,
-    profiler: Any,
-    share_prompts: bool = False,
-) -> None:
-    """Put the teacher's log-probs of the sampled tokens in ``batch.extras["teacher_logprobs"]``.
-
-    The student's side, ``old_logprobs``, is added too when neither an earlier pass nor the rollout
-    (``batch.logprobs``) gave it: the distillation advantages compare the two. ``share_prompts``: run
-    each repeated prompt once (``trainer.share_prompts``, see :func:`response_logprobs`).
-    """
-    with torch.no_grad():
-        with profiler.section("teacher"):
-            batch.extras["teacher_logprobs"] = response_logprobs(
-                teacher, ids, attn, P, False, share_prompts=share_prompts
-            )[0]
-        if "old_logprobs" not in batch.extras and batch.logprobs is None:
-            with profiler.section("old_logprob"):
-                batch.extras["old_logprobs"] = response_logprobs(
-                    policy, ids, attn, P, False, share_prompts=share_prompts
-                )[0]

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from trinity_core.components.micro_batch_loss import builds_loss_scale, micro_batch_loss, own_loss_scale
 from trinity_core.config import TrainerConfig
+from trinity_core.lm.distribution import SamplingDistribution
 from trinity_core.ops import LossScale, global_normalizers
 from trinity_core.train.learner.logprobs import response_logprobs
 from trinity_core.train.learner.micro_batches import micro_batches, row_ranges, row_tokens
@@ -38,6 +39,8 @@ class PolicyUpdate:
         profiler: times the forward-backward and optimizer sections.
         train_mode: switch the policy to training mode for the update (activation checkpointing, LoRA
             dropout act in training mode only).
+        distribution: the distribution the rows were sampled from, whose log-probs and entropy the loss
+            reads (None: ``softmax(logits)``, e.g. stored or preference data).
     """
 
     def __init__(
@@ -52,8 +55,10 @@ class PolicyUpdate:
         components: Any,
         profiler: StepProfiler,
         train_mode: bool,
+        distribution: SamplingDistribution | None = None,
     ) -> None:
         """Hold the parts; nothing is computed here."""
+        self.distribution = distribution
         self.trainer, self.loss_agg_mode, self.acc = trainer, loss_agg_mode, accelerator
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.policy = accelerator.unwrap_model(model)
@@ -152,6 +157,8 @@ class PolicyUpdate:
             self.use_entropy,
             self.entropy_grad,
             share_prompts=self.trainer.share_prompts,
+            distribution=self.distribution,
+            action_mask=cols["action_mask"],
         )
         return micro_batch_loss(
             comps.policy_loss,

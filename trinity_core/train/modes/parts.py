@@ -158,6 +158,7 @@ def build_learner(
         profiler=profiler,
         event_loop=event_loop,
         expert=policy.expert,
+        eos_token_id=policy.tokenizer.eos_token_id,
     )
 
 

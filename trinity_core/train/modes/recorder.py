@@ -10,20 +10,33 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import torch
 from torch import Tensor
 
 from trinity_core.config import ResolvedConfig
 from trinity_core.hooks import notify_metrics
 from trinity_core.train import checkpoints
+from trinity_core.train.checkpoints.commit import CheckpointError
 from trinity_core.train.learner.learner import Learner
 from trinity_core.train.modes.periodic import RunOutputs
 from trinity_core.train.report.profile import StepProfiler
 from trinity_core.train.report.reporting import RunReport
 
-__all__ = ["StepRecorder"]
+__all__ = ["StepRecorder", "non_finite_tensors"]
+
+
+def non_finite_tensors(model: Any) -> list[str]:
+    """Names of the parameters and buffers of ``model`` with a NaN or infinite element (one host read)."""
+    named = [*model.named_parameters(), *model.named_buffers()]
+    floating = [(name, value) for name, value in named if value.is_floating_point()]
+    if not floating:
+        return []
+    finite = torch.stack([torch.isfinite(value).all() for _, value in floating]).tolist()
+    return [name for (name, _), ok in zip(floating, finite, strict=True) if not ok]
 
 
 class StepRecorder:
@@ -60,6 +73,8 @@ class StepRecorder:
         self._log: TextIO | None = None
         self._bar: Any = None
         self.report: RunReport | None = None
+        self.extra_state: Callable[[Path], None] | None = None
+        """Writes more of the run's state into each checkpoint (the explorer's, when it runs ahead)."""
 
     def open(self, start_step: int, tokenizer: Any) -> RunReport:
         """Open ``metrics.jsonl`` (main process), the progress bar and the run's report."""
@@ -91,7 +106,7 @@ class StepRecorder:
         self, step: int, metrics: dict[str, Tensor], wall: float, explorer_busy: float, learner_busy: float
     ) -> dict[str, float]:
         """Reduce the step's metrics over ranks; add the learning rate, throughput and idle fractions."""
-        out = self.learner.reduce(metrics)
+        out = self.learner.reduce(metrics, step)
         world = self.acc.num_processes
         experiences = out.pop("learner/experiences", math.nan) * world
         tokens = out.pop("learner/tokens", math.nan) * world
@@ -131,5 +146,32 @@ class StepRecorder:
             self._bar.update()
 
     def save_checkpoint(self, step: int) -> None:
-        """Write the checkpoint of ``step`` atomically (every rank writes its RNG state)."""
-        checkpoints.save_run(self.run_dir, step, self.acc, self.config.trainer.keep_checkpoints)
+        """Write the checkpoint of ``step`` atomically (every rank writes its RNG state).
+
+        Raises:
+            CheckpointError: the policy (or critic) has non-finite weights; nothing is written, so the
+                last checkpoint stays the one a resume starts from.
+        """
+        models = [("policy", self.learner.policy)]
+        if self.learner.critic is not None:
+            models.append(("critic", self.learner.critic.module))
+        for role, model in models:
+            bad = non_finite_tensors(model)
+            if bad:
+                raise CheckpointError(
+                    f"step {step}: the {role} has {len(bad)} non-finite weight tensor(s) "
+                    f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); not checkpointed. "
+                    f"{self._last_good()}; lower trainer.lr or set trainer.grad_clip, then resume"
+                )
+        keep = self.config.trainer.keep_checkpoints
+        checkpoints.save_run(self.run_dir, step, self.acc, keep, extra=self.extra_state)
+
+    def _last_good(self) -> str:
+        """Where a resume of this run starts, in words."""
+        try:
+            path = checkpoints.latest_checkpoint(self.run_dir, warn=lambda message: None)
+        except CheckpointError:
+            path = None
+        if path is None:
+            return "No checkpoint was written before it"
+        return f"The last good checkpoint is {path.name} (trinity train --resume {self.run_dir})"

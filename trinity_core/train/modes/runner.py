@@ -33,6 +33,7 @@ from trinity_core.hooks import get_plugin_manager
 from trinity_core.train import checkpoints
 from trinity_core.train.checkpoints.commit import write_json_atomic
 from trinity_core.train.explorer.explorer import Explored
+from trinity_core.train.explorer.inflight import load_explorer_state, save_explorer_state
 from trinity_core.train.modes.async_mode import run_async
 from trinity_core.train.modes.parts import (
     PolicyParts,
@@ -48,7 +49,7 @@ from trinity_core.train.modes.synchronizer import Synchronizer
 from trinity_core.train.modes.threads import explorer_pool
 from trinity_core.train.report import reporting
 from trinity_core.train.report.profile import StepProfiler
-from trinity_core.train.report.result import LaunchError, TrainResult
+from trinity_core.train.report.result import SUMMARY_FILE, LaunchError, TrainResult
 
 __all__ = ["LaunchError", "Runner", "TrainResult"]
 
@@ -113,6 +114,10 @@ class Runner:
             total_steps=self.total_steps,
         )
         self.start_step = 0
+        self._pending: deque[Future[Explored]] = deque()
+        self._restored: list[Explored] | None = None
+        if self.local_explorer and self.synchronizer.offset > 0:
+            self.recorder.extra_state = self._save_explorer_state
         checkpoints.register(accelerator, self.learner, self.task_gen, self.task)
         if resume:
             self._resume()
@@ -121,14 +126,26 @@ class Runner:
         """Load the run's newest intact checkpoint: the learner, RNGs and task stream, then the explorer's
         weights."""
         try:
-            self.start_step = checkpoints.load_run(
+            self.start_step, path = checkpoints.load_run_from(
                 self.run_dir, self.acc, self.learner, self.task_gen, self.task
             )
         except BaseException:
             self.event_loop.close()
             raise
         self.learner.version = self.start_step
-        self.explorer.load_weights(Synchronizer.snapshot(self.learner.policy), self.start_step)
+        saved = load_explorer_state(path, self.rank) if self.recorder.extra_state is not None else None
+        if saved is None:  # lock step: the explorer samples with the learner's weights
+            self.explorer.load_weights(Synchronizer.snapshot(self.learner.policy), self.start_step)
+            return
+        # Ahead of the learner: the rollouts it had made and the weights it had (see explorer/inflight.py).
+        self._restored, weights, version = saved
+        self.explorer.load_weights(weights, version)
+
+    def _save_explorer_state(self, directory: Path) -> None:
+        """Keep the explorer's rollouts made ahead (all finished at a checkpoint) and its weights."""
+        explored = [future.result() for future in self._pending]
+        weights = Synchronizer.snapshot(self.explorer.policy)
+        save_explorer_state(directory, self.rank, explored, weights, self.explorer.version)
 
     @property
     def local_explorer(self) -> bool:
@@ -139,6 +156,10 @@ class Runner:
     def history(self) -> list[dict[str, float]]:
         """The metrics of the steps run so far (as logged)."""
         return self.recorder.history
+
+    def save_checkpoint(self, step: int) -> None:
+        """Write the checkpoint of ``step`` now (see :meth:`StepRecorder.save_checkpoint`)."""
+        self.recorder.save_checkpoint(step)
 
     # ------------------------------------------------------------------ one lock-step step
 
@@ -167,12 +188,10 @@ class Runner:
 
     def _run_both(self) -> None:
         """Explorer ``sync_offset`` steps ahead (in a thread when > 0), learner behind, weights synced."""
-        explorer, learner, sync = self.explorer, self.learner, self.synchronizer
+        explorer, learner = self.explorer, self.learner
         start, total = self.start_step, self.total_steps
         pool = explorer_pool(self.config)  # with sync_offset > 0 a thread; each part its thread budget
-        pending: deque[Future[Explored]] = deque(
-            pool.submit(explorer.rollout, s) for s in range(start, min(start + sync.offset + 1, total))
-        )
+        pending = self._pending = self._first_rollouts(pool)
         try:
             last = time.perf_counter()
             for step in range(start, total):
@@ -197,15 +216,39 @@ class Runner:
                 self.recorder.record(step, out, checkpoint=True)
 
                 # 4. Weights to the explorer (queued behind its in-flight rollouts), then its next step.
-                if sync.due(learner.version):
-                    if sync.shares_weights:
-                        explorer.version = learner.version
-                    else:
-                        pool.submit(explorer.load_weights, sync.snapshot(learner.policy), learner.version)
-                if step + sync.offset + 1 < total:
-                    pending.append(pool.submit(explorer.rollout, step + sync.offset + 1))
+                self._sync_and_submit(pool, step)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _first_rollouts(self, pool: Any) -> deque[Future[Explored]]:
+        """The rollouts in flight as the first step starts: the first ``sync_offset + 1`` steps' (submitted
+        now), or, resumed from a run ahead of its learner, the rollouts its checkpoint kept, followed by
+        what the uninterrupted run did after that checkpoint (its weight sync, its next rollout)."""
+        start, total, offset = self.start_step, self.total_steps, self.synchronizer.offset
+        if self._restored is None:
+            return deque(
+                pool.submit(self.explorer.rollout, s) for s in range(start, min(start + offset + 1, total))
+            )
+        pending: deque[Future[Explored]] = deque()
+        for explored in self._restored:
+            done: Future[Explored] = Future()
+            done.set_result(explored)
+            pending.append(done)
+        self._pending, self._restored = pending, None
+        self._sync_and_submit(pool, start - 1)
+        return pending
+
+    def _sync_and_submit(self, pool: Any, step: int) -> None:
+        """After step ``step``: the learner's weights to the explorer when due (queued behind its rollouts
+        in flight), then the rollout ``sync_offset + 1`` steps on."""
+        explorer, learner, sync = self.explorer, self.learner, self.synchronizer
+        if sync.due(learner.version):
+            if sync.shares_weights:
+                explorer.version = learner.version
+            else:
+                pool.submit(explorer.load_weights, sync.snapshot(learner.policy), learner.version)
+        if step + sync.offset + 1 < self.total_steps:
+            self._pending.append(pool.submit(explorer.rollout, step + sync.offset + 1))
 
     def _run_explore(self) -> None:
         """Explorer steps only: each step's experiences move from the in-process buffer to the disk buffer."""
@@ -241,9 +284,13 @@ class Runner:
     # ------------------------------------------------------------------ the end of the run
 
     def _finish(self, wall: float) -> TrainResult:
+        """The end of the run: the held-out evaluation, the result, and (main process) the model folder,
+        ``plot.png`` and, last, ``summary.json`` (a run without it has not ended: ``--resume`` ends it)."""
         n = self.config.tasks.eval_size
         eval_acc = self.explorer.evaluate(self.learner.policy, n) if n and self.is_main else None
         curve = self.reward_curve()
+        # A resumed run with no step left logged nothing now: its figures are those logged before.
+        rows = self.history or self._logged_rows()
         result = TrainResult(
             run_dir=self.run_dir,
             steps=self.total_steps,
@@ -251,12 +298,16 @@ class Runner:
             eval_accuracy=eval_acc,
             wall_seconds=wall,
             profile=self.profiler.report() if self.profiler.enabled else None,
-            final_reward=self.history[-1].get("reward/mean", math.nan) if self.history else math.nan,
+            final_reward=rows[-1].get("reward/mean", math.nan) if rows else math.nan,
             history=self.history,
             loss_curve=self.reward_curve(key="actor/loss"),
-            summary=self.report.summary(self.history),
+            summary=self.report.summary(rows),
         )
         if self.is_main:
+            # A model that from_pretrained loads, next to the checkpoints (trinity export does the same
+            # for any checkpoint).
+            self.outputs.export()
+            self.report.plot()
             summary = {
                 "mode": self.config.mode,
                 "steps": result.steps,
@@ -267,19 +318,19 @@ class Runner:
                 "profile": result.profile,
                 "last_steps": result.summary,
             }
-            write_json_atomic(self.run_dir / "summary.json", summary)
-            # A model that from_pretrained loads, next to the checkpoints (trinity export does the same
-            # for any checkpoint).
-            self.outputs.export()
-            self.report.plot()
+            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
         self.acc.end_training()
         return result
+
+    def _logged_rows(self) -> list[dict[str, float]]:
+        """The rows of ``metrics.jsonl`` (main process; empty elsewhere or without the file)."""
+        path = self.run_dir / "metrics.jsonl"
+        return checkpoints.read_metrics(path) if self.is_main and path.exists() else []
 
     def reward_curve(self, points: int = 9, key: str = "reward/mean") -> list[tuple[int, float]]:
         """Mean of metric ``key`` over windows of the run's history at ``points`` evenly spaced steps.
 
         Empty when no step logged ``key`` (mode ``train`` on experiences without rewards).
         """
-        path = self.run_dir / "metrics.jsonl"
-        rows = checkpoints.read_metrics(path) if self.is_main and path.exists() else self.history
-        return reporting.metric_curve(rows, key, points)
+        rows = self._logged_rows() if self.is_main else self.history
+        return reporting.metric_curve(rows or self.history, key, points)

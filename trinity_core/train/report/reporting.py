@@ -51,13 +51,17 @@ FIGURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 the KL loss term when the run has one, else the policy's KL to the sampling policy (``ppo_kl``)."""
 
 
-def rl_figures(out: Mapping[str, float]) -> dict[str, float]:
-    """The figures of :data:`FIGURES` that one step's metrics hold (not NaN), by short name."""
+def rl_figures(out: Mapping[str, float], extra: Sequence[str] = ()) -> dict[str, float]:
+    """The figures of :data:`FIGURES` that one step's metrics hold (not NaN), by short name, then the
+    metrics named in ``extra`` (``trainer.progress_metrics``) that it holds, by their own key."""
     figures = {}
     for name, keys, _ in FIGURES:
         value = next((out[k] for k in keys if k in out and not math.isnan(out[k])), None)
         if value is not None:
             figures[name] = float(value)
+    for key in extra:
+        if key in out and not math.isnan(out[key]):
+            figures[key] = float(out[key])
     return figures
 
 
@@ -87,15 +91,19 @@ class StepRate:
         return (len(self.times) - 1) / span if len(self.times) > 1 and span > 0 else math.nan
 
 
-def run_summary(history: Sequence[Mapping[str, float]], window: int = 10) -> dict[str, float]:
-    """Means of the RL figures over the last ``window`` steps, and their steps/s (from ``time/step_s``)."""
-    last = list(history[-window:])
+def run_summary(
+    history: Sequence[Mapping[str, float]], window: int = 10, extra: Sequence[str] = ()
+) -> dict[str, float]:
+    """Means of the RL figures (and the ``extra`` metrics) over the last ``window`` steps, and their
+    steps/s (from ``time/step_s``)."""
+    last = [rl_figures(r, extra) for r in history[-window:]]
     summary: dict[str, float] = {}
-    for name, _, _ in FIGURES:
-        values = [f[name] for f in map(rl_figures, last) if name in f]
+    for name in [*(name for name, _, _ in FIGURES), *extra]:
+        values = [f[name] for f in last if name in f]
         if values:
             summary[name] = sum(values) / len(values)
-    seconds = [r["time/step_s"] for r in last if not math.isnan(r.get("time/step_s", math.nan))]
+    steps = history[-window:]
+    seconds = [r["time/step_s"] for r in steps if not math.isnan(r.get("time/step_s", math.nan))]
     if seconds and sum(seconds) > 0:
         summary["steps_per_s"] = len(seconds) / sum(seconds)
     return summary
@@ -255,6 +263,7 @@ class RunReport:
         every = config.trainer.log_samples_every
         self.sample_log = SampleLog(path, every, tokenizer, accelerator.trackers)
         self.rate = StepRate()
+        self._checked_extra = False
 
     def begin(self, start_step: int, total_steps: int) -> None:
         """Log (at debug level: an error later must stay the only line on stderr) what the run is about to
@@ -273,12 +282,24 @@ class RunReport:
         self.sample_log.experiences(step, experiences)
 
     def postfix(self, out: Mapping[str, float]) -> str:
-        """The progress bar's text after a step with metrics ``out`` (ticks the step clock)."""
-        return format_figures(rl_figures(out), self.rate.tick())
+        """The progress bar's text after a step with metrics ``out`` (ticks the step clock).
+
+        A ``trainer.progress_metrics`` key the first step did not log is warned about once.
+        """
+        extra = self.config.trainer.progress_metrics
+        if not self._checked_extra:
+            self._checked_extra = True
+            missing = [k for k in extra if k not in out]
+            if missing:
+                _logger().warning(
+                    f"trainer.progress_metrics: {missing} were not logged at the first step (see the Metrics "
+                    "section of docs/training.md for the keys)"
+                )
+        return format_figures(rl_figures(out, extra), self.rate.tick())
 
     def summary(self, history: Sequence[Mapping[str, float]]) -> dict[str, float]:
         """:func:`run_summary` of the run, also logged."""
-        summary = run_summary(history)
+        summary = run_summary(history, extra=self.config.trainer.progress_metrics)
         figures = {k: v for k, v in summary.items() if k != "steps_per_s"}
         _logger().info(f"last 10 steps: {format_figures(figures, summary.get('steps_per_s', math.nan))}")
         return summary

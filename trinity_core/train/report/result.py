@@ -6,7 +6,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LaunchError", "TrainResult"]
+__all__ = ["SUMMARY_FILE", "LaunchError", "TrainResult"]
+
+SUMMARY_FILE = "summary.json"
+"""The summary of a finished run, in its directory; written last, so it marks a run that has ended."""
 
 
 class LaunchError(RuntimeError):
