@@ -295,6 +295,12 @@ def test_unknown_preset_and_preset_errors() -> None:
     assert "unknown keys ['sample_strategy']" in sloppy
 
 
+def test_a_trinity_rft_name_without_an_equal_component_names_its_replacement() -> None:
+    problem = problems_of({"algorithm": {"algorithm_type": "grpo_verl"}})["algorithm.algorithm_type"]
+    assert "algorithm 'grpo_verl' of trinity-rft 0.6.0 is not provided by trinity-core" in problem
+    assert "use algorithm_type 'grpo'" in problem
+
+
 def test_check_config_hook_problems_are_collected() -> None:
     class Rules:
         @hookimpl

@@ -26,7 +26,7 @@ from trinity_core.columns import (
     scatter_token_ids,
     token_rows,
 )
-from trinity_core.experience import Experience
+from trinity_core.experience import Experience, ExperienceError
 from trinity_core.gather import (
     all_finite,
     gather_action_masks,
@@ -142,7 +142,7 @@ class ExperienceBatch:
         exps = list(experiences)
         dpo = next((i for i, exp in enumerate(exps) if exp.experience_type == "dpo"), None)
         if dpo is not None:
-            raise ValueError(
+            raise ExperienceError(
                 f"{where}: experience {dpo} ({exps[dpo].eid.uid}) is a DPO pair; split it with "
                 f"split_dpo_experience_to_single_turn first"
             )

@@ -149,9 +149,10 @@ def _run(trainer: Any) -> Any:
             f"resume: {_where_to_continue(trainer.run_dir)}"
         ) from exc
     except (ComponentFault, HookCallError) as exc:
+        # The cause stays the plugin's own exception (what --debug shows first).
         raise type(exc)(
             f"{exc}; fix or uninstall the plugin, then resume: {_where_to_continue(trainer.run_dir)}"
-        ) from exc
+        ) from (exc.__cause__ or exc)
     except Exception as exc:
         failed = _hook_failure(exc, trainer.pm)
         if failed is None:

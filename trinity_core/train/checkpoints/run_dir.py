@@ -144,7 +144,7 @@ def prepare_run_dir(
             raise RunDirError(f"--resume {run_dir}: no {CONFIG_FILE} there; is this a trinity run directory?")
         return
     check_new_run_dir(run_dir, overwrite=overwrite)
-    if is_main and overwrite:
+    if is_main and overwrite and run_dir.is_dir():
         # Only what a run writes: anything else a user keeps there stays.
         for child in run_dir.iterdir():
             if child.name not in RUN_OUTPUTS:
