@@ -57,6 +57,7 @@ INT_RANGES: dict[str, tuple[int, int | None]] = {
     "model.lora.alpha": (1, None),
     "tasks.eval_size": (0, None),
     "tasks.eval_k": (0, None),
+    "tasks.pool_size": (1, None),
     "rollout.prompts_per_step": (1, None),
     "rollout.top_k": (0, None),
     "rollout.min_new_tokens": (0, None),
@@ -85,6 +86,10 @@ INT_RANGES: dict[str, tuple[int, int | None]] = {
     "synchronizer.learner_threads": (1, MAX_THREADS),
     "synchronizer.explorers": (1, None),
     "synchronizer.explorer_restarts": (0, None),
+    "buffer.replay.groups_per_step": (0, None),
+    "buffer.replay.capacity": (1, None),
+    "buffer.replay.max_reuse": (1, None),
+    "buffer.replay.max_staleness": (0, None),
 }
 
 edge_floats = st.one_of(

@@ -17,6 +17,7 @@ SECTIONS = (
     "actor",
     "advantage",
     "balance",
+    "buffer",
     "critic",
     "data",
     "eval",

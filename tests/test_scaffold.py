@@ -28,6 +28,9 @@ ISSUE_KINDS = (
     "task",
     "value_loss",
     "workflow",
+    "task_selector",
+    "operator",
+    "priority_fn",
 )
 
 

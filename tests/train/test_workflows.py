@@ -267,9 +267,7 @@ def test_experiences_without_distinct_ids_fail_the_episode(engine: GenerationEng
         WorkflowRunner("same_ids", SameIds, {}, engine).run(tasks)
 
 
-def test_a_per_task_workflow_run_logs_samples_from_its_experiences(
-    tmp_path: Path, registered: None
-) -> None:
+def test_a_per_task_workflow_run_logs_samples_from_its_experiences(tmp_path: Path, registered: None) -> None:
     """A step of a per-task workflow has experiences and no rollout: its samples come from them (a run
     past ``log_samples_every``, 100 by default, used to stop with an AttributeError there). Task by task
     the batch is the whole-step rollout's, so the rows are the same: each prompt's first response."""

@@ -7,12 +7,14 @@ namespace), ``$api`` (the core API version the scaffold is built for).
 
 from __future__ import annotations
 
+from trinity_core.cli.scaffold_buffer_templates import BUFFER_COMPONENTS
 from trinity_core.cli.scaffold_tensor_templates import TENSOR_COMPONENTS
 
 __all__ = ["COMPONENTS", "FILES", "KIND_TESTS", "MULTI_TURN_WORKFLOW"]
 
 COMPONENTS: dict[str, tuple[str, str]] = {
     **TENSOR_COMPONENTS,
+    **BUFFER_COMPONENTS,
     "algorithm": (
         "Algorithm",
         '''"""``$name`` algorithm preset."""

@@ -44,6 +44,9 @@ _WORDS = {
     "advantage_fn": "advantage function",
     "add_strategy": "add strategy",
     "value_loss": "value loss",
+    "task_selector": "task selector",
+    "operator": "experience operator",
+    "priority_fn": "priority function",
 }
 
 

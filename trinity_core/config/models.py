@@ -15,13 +15,16 @@ from pydantic import AliasChoices, Field, field_validator
 
 from trinity_core.components import LossAggMode  # one definition, shared with the loss components
 from trinity_core.config.base import Section
+from trinity_core.config.buffer_config import BufferConfig, OperatorEntry
 from trinity_core.config.ranges import MAX_SEED, MAX_THREADS, MIN_TEMPERATURE, Beta
 from trinity_core.config.sections import CriticConfig, DataConfig, LoraSettings, SynchronizerConfig
+from trinity_core.config.tasks_section import TasksConfig
 
 __all__ = [
     "COMPONENT_KEYS",
     "RUN_MODES",
     "AlgorithmConfig",
+    "BufferConfig",
     "CriticConfig",
     "DataConfig",
     "LoraSettings",
@@ -154,37 +157,6 @@ class ModelConfig(Section):
     )
 
 
-class TasksConfig(Section):
-    """The task set and its reward functions."""
-
-    name: str | None = Field(
-        default=None,
-        description="Registered task set (kind task); unset: last_digit.",
-    )
-    args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the task set.")
-    reward_fns: list[str] | None = Field(
-        default=None,
-        description="Reward functions (kind reward_fn), weighted-summed; unset: the task's default.",
-    )
-    reward_weights: list[float] | None = Field(
-        default=None, description="One weight per reward function (finite, may be negative); unset: all 1."
-    )
-    reward_fn_args: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Keyword arguments per reward function name."
-    )
-    eval_size: int = Field(default=100, ge=0, description="Held-out prompts for the final greedy accuracy.")
-    eval_k: int = Field(
-        default=4,
-        ge=0,
-        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only "
-        "(no samples, no pass@k figures).",
-    )
-    eval_success: float = Field(
-        default=1.0,
-        description="A response whose combined reward is at least this counts as solved (pass@k).",
-    )
-
-
 class RolloutConfig(Section):
     """Sampling of responses (the group size is algorithm.repeat_times)."""
 
@@ -214,6 +186,11 @@ class RolloutConfig(Section):
     workflow_args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the workflow.")
     workflow_max_calls: int = Field(
         default=64, ge=1, description="Model calls one episode may make; one more fails the episode."
+    )
+    experience_pipeline: list[OperatorEntry] = Field(
+        default_factory=list,
+        description="Experience operators run in order on each step's experiences before the advantage "
+        "(names or {name, args}); the trinity_process_experiences hooks run first unless 'hooks' is listed.",
     )
 
 
@@ -360,3 +337,10 @@ class RunConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig)
     synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _task_list(cls, value: Any) -> Any:
+        """``tasks: [{name: ..., weight: ...}, ...]`` is ``tasks: {mix: [...]}``."""
+        return {"mix": value} if isinstance(value, list) else value

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from trinity_core.components import LossAggMode
 from trinity_core.config.base import Section
+from trinity_core.config.buffer_config import BufferConfig
 from trinity_core.config.models import ModelConfig, RolloutConfig, RunMode, TasksConfig, TrainerConfig
 from trinity_core.config.sections import CriticConfig, DataConfig, SynchronizerConfig
 
@@ -57,4 +58,5 @@ class ResolvedConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig)
     synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)

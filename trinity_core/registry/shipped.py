@@ -79,6 +79,13 @@ SHIPPED: dict[str, dict[str, str]] = {
         "mix": "trinity-plugin-entropy",
         "none": "trinity-plugin-entropy",
     },
+    "trinity_core.experience_operators": {
+        "drop_truncated": "trinity-plugin-buffer",
+        "dynamic_sampling": "trinity-plugin-buffer",
+        "overlong_penalty": "trinity-plugin-buffer",
+        "reward_clip": "trinity-plugin-buffer",
+        "reward_scale": "trinity-plugin-buffer",
+    },
     "trinity_core.kl_fns": {
         "abs": "trinity-plugin-kl",
         "abs+": "trinity-plugin-kl",
@@ -117,11 +124,19 @@ SHIPPED: dict[str, dict[str, str]] = {
         "sppo": "trinity-plugin-sppo",
         "topr": "trinity-plugin-topr",
     },
+    "trinity_core.priority_fns": {
+        "linear_decay": "trinity-plugin-buffer",
+        "reward_variance": "trinity-plugin-buffer",
+    },
     "trinity_core.reward_fns": {
         "format": "trinity-plugin-math-reward",
         "gsm8k": "trinity-plugin-math-reward",
         "math_verify": "trinity-plugin-math-reward",
         "reasoning_gym_score": "trinity-plugin-reasoning-gym",
+    },
+    "trinity_core.task_selectors": {
+        "difficulty_based": "trinity-plugin-buffer",
+        "offline_easy2hard": "trinity-plugin-buffer",
     },
     "trinity_core.tasks": {
         "frozen_lake": "trinity-plugin-gym",

@@ -50,6 +50,9 @@ KIND_TITLES: dict[str, str] = {
     "entropy_loss": "entropy loss",
     "value_loss": "value loss",
     "task": "task set",
+    "task_selector": "task selector",
+    "operator": "experience operator",
+    "priority_fn": "priority function",
 }
 
 
@@ -196,6 +199,9 @@ _CHECK_MODULES = (
     "algorithm",
     "workflow",
     "task",
+    "task_selector",
+    "experience_operator",
+    "priority_fn",
 )
 
 

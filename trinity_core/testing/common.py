@@ -35,6 +35,9 @@ COMPONENT_KINDS = (
     "entropy_loss",
     "value_loss",
     "task",
+    "task_selector",
+    "operator",
+    "priority_fn",
 )
 """Kinds whose classes take arguments (``Args``); algorithms are presets without arguments."""
 ALL_KINDS = ("algorithm", *COMPONENT_KINDS)
@@ -190,6 +193,12 @@ def runtime_objects(subject: Subject) -> dict[str, Any]:
         from trinity_core.buffer import make_buffer
 
         return {"writer": make_buffer("memory").writer}
+    if subject.kind == "task_selector":
+        return {"size": 8}
+    if subject.kind == "operator":
+        from trinity_core.components import OperatorContext
+
+        return {"context": OperatorContext(group_size=4, max_new_tokens=8)}
     return {}
 
 

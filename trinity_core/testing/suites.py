@@ -24,10 +24,13 @@ __all__ = [
     "Case",
     "ComponentConformance",
     "EntropyLossConformance",
+    "ExperienceOperatorConformance",
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "PriorityFnConformance",
     "TaskConformance",
+    "TaskSelectorConformance",
     "ValueLossConformance",
     "WorkflowConformance",
 ]
@@ -192,6 +195,24 @@ class TaskConformance(ComponentConformance):
     without, e.g. a data file)."""
 
     kind = "task"
+
+
+class TaskSelectorConformance(ComponentConformance):
+    """Conformance of one task selector: ``component = "<name>"``."""
+
+    kind = "task_selector"
+
+
+class ExperienceOperatorConformance(ComponentConformance):
+    """Conformance of one experience operator: ``component = "<name>"``."""
+
+    kind = "operator"
+
+
+class PriorityFnConformance(ComponentConformance):
+    """Conformance of one replay priority function: ``component = "<name>"``."""
+
+    kind = "priority_fn"
 
 
 class AlgorithmConformance(ComponentConformance):

@@ -183,4 +183,4 @@ def check_new_run_dir(run_dir: Path, *, overwrite: bool) -> None:
 def default_run_dir(config: ResolvedConfig) -> Path:
     """``runs/<task>-<algorithm>-<YYYYmmdd-HHMMSS>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{config.tasks.name or 'last_digit'}-{config.algorithm.algorithm_type}-{stamp}"
+    return Path("runs") / f"{config.tasks.label}-{config.algorithm.algorithm_type}-{stamp}"

@@ -47,7 +47,8 @@ CRITIC_WEIGHTS = "model_1.safetensors"
 
 
 class RankStates:
-    """Each rank's task generator and task position (a dataset's shuffled order and epoch).
+    """Each rank's task generator, task position (a dataset's shuffled order and epoch, the task
+    selectors' states) and replay buffer.
 
     Accelerate writes a registered object from the main process only, so :meth:`state_dict` gathers
     every rank's state (all ranks call it) and :meth:`load_state_dict` takes this rank's.
@@ -56,13 +57,16 @@ class RankStates:
     def __init__(self, accelerator: Any, task_generator: torch.Generator, task: Any) -> None:
         """Hold the objects whose state is saved; nothing is read yet."""
         self.acc, self.task_generator, self.task = accelerator, task_generator, task
+        self.replay: Any = None
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"ranks": [{"task_generator": ByteTensor, "task": dict | None}, ...]}`` in rank order."""
+        """``{"ranks": [{"task_generator": ByteTensor, "task": dict | None, "replay": dict | None}, ...]}``
+        in rank order."""
         from accelerate.utils import gather_object
 
         task_state = self.task.state_dict() if hasattr(self.task, "state_dict") else None
-        mine = {"task_generator": self.task_generator.get_state(), "task": task_state}
+        replay = self.replay.state_dict() if self.replay is not None else None
+        mine = {"task_generator": self.task_generator.get_state(), "task": task_state, "replay": replay}
         ranks = gather_object([mine]) if self.acc.num_processes > 1 else [mine]
         return {"ranks": list(ranks)}
 
@@ -81,6 +85,8 @@ class RankStates:
                 self.task.load_state_dict(mine["task"])
             except TaskDataError as exc:
                 raise CheckpointError(str(exc)) from exc
+        if mine.get("replay") is not None and self.replay is not None:
+            self.replay.load_state_dict(mine["replay"])
 
 
 class BufferCursor:
@@ -140,6 +146,7 @@ def register(accelerator: Any, learner: Any, task_generator: torch.Generator, ta
         _REGISTERED[accelerator] = held
     held[0].scheduler, held[1].reader = learner.scheduler, learner.reader
     held[2].task_generator, held[2].task = task_generator, task
+    held[2].replay = getattr(learner, "replay", None)
 
 
 def save_run(

@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 import torch
 from pydantic import Field
-from torch import Tensor
 
 from trinity_core.components.base import ComponentArgs
 from trinity_core.train.data.dataset_io import TaskDataError, load_split
+from trinity_core.train.data.selectors import EpochOrder
 from trinity_core.train.data.tasks import Task
 
 __all__ = ["RESERVED_FIELDS", "DatasetTask", "TaskDataError"]
@@ -88,10 +88,7 @@ class DatasetTask(Task):
         self._answer_column = self.answer_key or "answer"
         self._train = _Split(self, self.split, "tasks.args.split")
         self._eval = _Split(self, self.eval_split, "tasks.args.eval_split") if self.eval_split else None
-        self._seed: int | None = None
-        self._epoch = 0
-        self._cursor = 0
-        self._order: tuple[int, Tensor] | None = None  # (epoch, permutation) of the current epoch
+        self._reading = EpochOrder(len(self._train), self.shuffle)
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -113,34 +110,32 @@ class DatasetTask(Task):
 
         The order of epoch ``e`` is a permutation seeded by ``(seed, e)``, ``seed`` being drawn from
         ``generator`` on the first call (so each rank has its own order), or the file order when
-        ``shuffle`` is off.
+        ``shuffle`` is off: the ``shuffle`` / ``sequential`` task selectors' order
+        (:class:`~trinity_core.train.data.selectors.EpochOrder`).
         """
-        if self._seed is None:
-            self._seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-        size = len(self._train)
-        indices: list[int] = []
-        while len(indices) < n:
-            take = min(n - len(indices), size - self._cursor)
-            indices.extend(self._permutation()[self._cursor : self._cursor + take].tolist())
-            self._cursor += take
-            if self._cursor == size:
-                self._epoch, self._cursor = self._epoch + 1, 0
+        return self._train.rows(self._reading.take(n, generator).tolist())
+
+    def num_rows(self) -> int:
+        """Rows of the train split (what a task selector chooses among)."""
+        return len(self._train)
+
+    def rows(self, indices: Iterable[int]) -> list[dict[str, Any]]:
+        """The rendered train rows at ``indices``."""
         return self._train.rows(indices)
 
-    def _permutation(self) -> Tensor:
-        if self._order is None or self._order[0] != self._epoch:
-            size = len(self._train)
-            if self.shuffle:
-                assert self._seed is not None
-                gen = torch.Generator().manual_seed((self._seed + self._epoch) % 2**63)
-                self._order = (self._epoch, torch.randperm(size, generator=gen))
-            else:
-                self._order = (self._epoch, torch.arange(size))
-        return self._order[1]
+    def column(self, key: str) -> list[Any]:
+        """The values of column ``key`` of the train split, in row order (a selector's difficulty score).
+
+        Raises:
+            TaskDataError: the split has no such column.
+        """
+        if key not in self._train.columns:
+            raise TaskDataError(f"{self._train.where} has no column {key!r}; columns: {self._train.columns}")
+        return list(self._train.data[key])
 
     def state_dict(self) -> dict[str, Any]:
         """Where training reads next: ``{"rows", "seed", "epoch", "cursor"}`` (JSON-friendly)."""
-        return {"rows": len(self._train), "seed": self._seed, "epoch": self._epoch, "cursor": self._cursor}
+        return {"rows": len(self._train), **self._reading.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`; a dataset whose length changed is a :class:`TaskDataError`."""
@@ -152,8 +147,7 @@ class DatasetTask(Task):
                 f"{state['rows']} rows, it now has {len(self._train)}; resume with the same data or start a "
                 "new run"
             )
-        self._seed, self._epoch, self._cursor = state["seed"], int(state["epoch"]), int(state["cursor"])
-        self._order = None
+        self._reading.load_state_dict(state)
 
     def eval_rows(self, n: int, seed: int) -> list[dict[str, Any]]:
         """The first ``n`` rows of ``eval_split``, else the last ``n`` rows of the train split (which

@@ -244,7 +244,7 @@ def build_rewards(config: ResolvedConfig, task: Task) -> tuple[list[str], list[R
                 ConfigProblem(
                     "tasks",
                     f"reward function {name!r} needs field(s) {missing} but task "
-                    f"{config.tasks.name or 'last_digit'!r} provides {sorted(task.fields)}",
+                    f"{config.tasks.label!r} provides {sorted(task.fields)}",
                     hint="add the column to the dataset or choose another reward function",
                 )
             )

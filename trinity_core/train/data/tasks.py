@@ -7,76 +7,26 @@ A task set produces rows: dicts with at least ``prompt`` (str) and the fields it
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import torch
 from pydantic import Field
 
-from trinity_core.components.base import Component, ComponentArgs
+from trinity_core.components.base import ComponentArgs
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
+from trinity_core.train.data.task_base import EVAL_SEED_OFFSET, Pick, Task, TaskDraw
 
 __all__ = [
+    "EVAL_SEED_OFFSET",
     "AddModTask",
     "CopyTask",
     "LastDigitTask",
+    "Pick",
     "ReverseTask",
     "Task",
+    "TaskDraw",
     "build_task",
 ]
-
-EVAL_SEED_OFFSET = 1_000_003
-"""Held-out rows are drawn with ``seed + EVAL_SEED_OFFSET`` (a generator separate from training)."""
-
-
-class Task(Component, ABC):
-    """Base of task sets (kind ``task``).
-
-    Implement :meth:`sample` (training rows) and :attr:`fields`; override :meth:`eval_rows`,
-    :meth:`alphabet` and :meth:`max_response_tokens` when the defaults do not fit.
-    """
-
-    kind: ClassVar[str] = "task"
-    default_reward_fns: ClassVar[tuple[str, ...]] = ("exact_match",)
-    """Reward functions used when the config names none."""
-
-    @property
-    @abstractmethod
-    def fields(self) -> tuple[str, ...]:
-        """Names of the fields every row has (``prompt`` first)."""
-
-    @abstractmethod
-    def sample(self, n: int, generator: torch.Generator) -> list[dict[str, Any]]:
-        """``n`` training rows drawn with ``generator``."""
-
-    @property
-    def conversational(self) -> bool:
-        """Whether the prompts are conversations (rows carry ``prompt_messages`` given as data): reward
-        functions then get TRL's conversational form (see :mod:`trinity_core.train.data.rewards`)."""
-        return False
-
-    def eval_rows(self, n: int, seed: int) -> list[dict[str, Any]]:
-        """``n`` held-out rows for the greedy evaluation (default: a sample from a separate generator)."""
-        return self.sample(n, torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET))
-
-    def alphabet(self) -> str:
-        """Every character a prompt or answer can contain (for the character-level tokenizer)."""
-        return "0123456789+=%"
-
-    def max_response_tokens(self) -> int:
-        """A response budget that fits every answer plus EOS (the default ``rollout.max_new_tokens``)."""
-        return 8
-
-    def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to continue reading where this one stopped (JSON-friendly).
-
-        Synthetic tasks draw everything from the trainer's generator, which the checkpoint already
-        holds: nothing (the default). A task with a position, such as :class:`DatasetTask`, returns it.
-        """
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from what :meth:`state_dict` returned (default: nothing to restore)."""
 
 
 class _DigitsArgs(ComponentArgs):
@@ -178,9 +128,14 @@ class ReverseTask(CopyTask):
 
 
 def build_task(config: ResolvedConfig) -> Task:
-    """The task set named in ``tasks.name`` (default ``last_digit``), built with ``tasks.args``."""
+    """The run's task set: the one named in ``tasks.name`` (default ``last_digit``), built with
+    ``tasks.args``; read through task selectors when ``tasks`` asks for a mixture, a pool or a selector
+    other than ``shuffle`` (:mod:`~trinity_core.train.data.selection`)."""
     from trinity_core import registry
+    from trinity_core.train.data.task_mix import build_selected_tasks, needs_selection
 
+    if needs_selection(config.tasks):
+        return build_selected_tasks(config)
     name = config.tasks.name or "last_digit"
     try:
         task = registry.create("task", name, config.tasks.args)

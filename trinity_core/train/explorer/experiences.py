@@ -300,6 +300,7 @@ class _KeptRows:
             group_keys=keys,
             experiences=lazy,
             action_mask=response_mask,
+            truncated=self.truncated.to(torch.bool),
             _lengths=[(p, p + r) for p, r in zip(p_list, r_list, strict=True)],
         )
 

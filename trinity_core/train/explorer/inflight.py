@@ -5,7 +5,8 @@ uninterrupted one.
 At a checkpoint the rollouts of the next ``sync_offset`` steps are already made (with the weights the
 explorer had then), and the explorer's weights may be older than the learner's. One file per rank,
 ``explorer-<rank>.safetensors``: the rollouts' tensors, the explorer's weights and, in its metadata, the
-rest of each step (rewards, messages, versions, a workflow's experiences in the wire format).
+rest of each step (rewards, messages, versions, EID task offset; a workflow's experiences and what the
+experience operators kept, in the wire format).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def save_explorer_state(
             "messages": item.messages,
             "metrics": sorted(item.metrics),
             "rollout": [],
+            "task_offset": item.task_offset,
+            "all_rewards": item.all_rewards,
         }
         if item.rollout is not None:
             for f in fields(Rollout):
@@ -62,6 +65,9 @@ def save_explorer_state(
         if item.experiences is not None:
             payload = serialize_many(item.experiences)
             tensors[f"{i}/experiences"] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        if item.operated is not None:  # what the experience operators kept, every round's
+            payload = serialize_many(list(item.operated))
+            tensors[f"{i}/operated"] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
         for key, value in item.metrics.items():
             tensors[f"{i}/metrics/{key}"] = torch.as_tensor(value).detach().to("cpu").reshape(()).clone()
         items.append(record)
@@ -86,9 +92,11 @@ def load_explorer_state(directory: Path, rank: int) -> ExplorerState | None:
         rollout = None
         if record["rollout"]:
             rollout = Rollout(**{name: tensors[f"{i}/rollout/{name}"] for name in record["rollout"]})
-        experiences = None
+        experiences = operated = None
         if f"{i}/experiences" in tensors:
             experiences = deserialize_many(tensors[f"{i}/experiences"].numpy().tobytes())
+        if f"{i}/operated" in tensors:
+            operated = deserialize_many(tensors[f"{i}/operated"].numpy().tobytes())
         explored.append(
             Explored(
                 record["step"],
@@ -99,6 +107,9 @@ def load_explorer_state(directory: Path, rank: int) -> ExplorerState | None:
                 messages=record["messages"],
                 experiences=experiences,
                 metrics={key: tensors[f"{i}/metrics/{key}"] for key in record["metrics"]},
+                task_offset=record.get("task_offset"),
+                operated=operated,
+                all_rewards=record.get("all_rewards"),
             )
         )
     return explored, weights, int(meta["version"])

@@ -4,6 +4,7 @@ Step ``s`` of mode ``both`` (:meth:`Learner.step`)::
 
     batch     = buffer.read_batch()                          # what the explorer wrote for step s
     batch     = rows of batch made by a policy at most max_staleness versions old   (staleness.py)
+    batch     = batch + task groups drawn from the replay buffer (buffer.replay)    (replay_step.py)
     batch     = balanced over ranks; MIX's expert rows appended                      (balance, expert)
     for pass in passes: pass(batch)   # old / reference / teacher log-probs, critic values, KL penalty,
                                       # trainer-side advantages                      (passes.py)
@@ -37,6 +38,7 @@ from trinity_core.train.learner.balance import balance_batch, balances
 from trinity_core.train.learner.critic import build_critic
 from trinity_core.train.learner.expert import ExpertData
 from trinity_core.train.learner.passes import StepInputs, build_passes
+from trinity_core.train.learner.replay_step import build_replay, mix_replay
 from trinity_core.train.learner.staleness import keep_fresh
 from trinity_core.train.learner.teacher import load_teacher
 from trinity_core.train.learner.update import PolicyUpdate
@@ -145,6 +147,7 @@ class Learner:
         )
         self.version = 0
         self._strategy = config.algorithm.add_strategy or config.algorithm.advantage_fn
+        self.replay = build_replay(config)
 
     # ------------------------------------------------------------------ mode both
 
@@ -156,6 +159,9 @@ class Learner:
         metrics.update(staleness)
         if batch is None:  # every row too old: no update this step, the version stays
             return metrics
+        if self.replay is not None:  # stored task groups trained on again
+            batch, replayed = mix_replay(self.replay, batch, self.version)
+            metrics.update(replayed)
         # 2. About the same tokens on every rank (whole groups move), then MIX's expert rows.
         if self.balance:
             levels = GROUP_LEVELS if self.components.advantage_in_trainer else ()
@@ -178,15 +184,15 @@ class Learner:
     def read_batch(self, step: int) -> ExperienceBatch:
         """The buffer's batch for step ``step`` (on-policy: everything written for it).
 
-        Without a trainer-side advantage the update reads only the columns it trains on (and no group
-        index).
+        Without a trainer-side advantage or replay the update reads only the columns it trains on (and
+        no group index).
         """
-        in_trainer = self.components.advantage_in_trainer
+        whole = self.components.advantage_in_trainer or self.replay is not None  # replay stores groups
         batch = self.event_loop.run_until_complete(
             self.reader.read_batch(
                 pad_token_id=self.pad_token_id,
-                fields=None if in_trainer else ("input_ids", "action_mask", "advantages", "logprobs"),
-                group_levels=GROUP_LEVELS if in_trainer else (),
+                fields=None if whole else ("input_ids", "action_mask", "advantages", "logprobs"),
+                group_levels=GROUP_LEVELS if whole else (),
             )
         )
         self.trim_buffer()

@@ -318,6 +318,6 @@ class RunReport:
         """``plot.png`` of the run, titled with the run, the algorithm and the task."""
         from trinity_core.train.report.plot import plot_run
 
-        algorithm, task = self.config.algorithm.algorithm_type, self.config.tasks.name or "last_digit"
+        algorithm, task = self.config.algorithm.algorithm_type, self.config.tasks.label
         title = f"{self.run_dir.name}: {algorithm} on {task}"
         return plot_run(self.run_dir / "metrics.jsonl", self.run_dir / "plot.png", title=title)
