@@ -184,8 +184,8 @@ def run_trl(a: argparse.Namespace) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     from trinity_core import registry
-    from trinity_core.train.model import load_policy
-    from trinity_core.train.rewards import exact_match
+    from trinity_core.train.data.rewards import exact_match
+    from trinity_core.train.models.policy import load_policy
 
     torch.manual_seed(a.seed * 1_000_003)
     if a.stack == "real":

@@ -98,9 +98,9 @@ def make_step(name: str, model: dict[str, Any], batch: str, threads: int) -> tup
     import torch
 
     from trinity_core.config import resolve_config
-    from trinity_core.train.loop import Trainer
+    from trinity_core.train.learner.logprobs import response_logprobs
+    from trinity_core.train.modes.runner import Runner
     from trinity_core.train.run import make_accelerator, prepare_run_dir
-    from trinity_core.train.update import response_logprobs
 
     extra = CONFIGS[name]
     data = {
@@ -114,7 +114,7 @@ def make_step(name: str, model: dict[str, Any], batch: str, threads: int) -> tup
     run_dir = Path(tempfile.mkdtemp()) / "run"
     acc = make_accelerator(config, run_dir)
     prepare_run_dir(run_dir, config, resume=False, overwrite=True, is_main=True)
-    trainer = Trainer(config, run_dir, accelerator=acc)
+    trainer = Runner(config, run_dir, accelerator=acc)
     learner = trainer.learner
     rows, prompt, response = BATCHES[batch]
     gen = torch.Generator().manual_seed(0)

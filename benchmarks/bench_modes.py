@@ -25,6 +25,13 @@ sleep instead of spinning on the cores the other part needs; OpenMP reads it whe
    (first step whose 10-step mean reward reaches it), final reward (mean of the last 50 steps) and each
    part's mean idle fraction, each the mean over ``--seeds`` (the final rewards of every seed in
    brackets). Prints a Markdown table and the machine's load.
+3. **Learner ranks and explorer processes** (``--layouts 1x1,2x1,1x2,2x2``, ``N x M``): mode async on
+   ``reverse-small`` with ``N`` learner ranks (``torchrun --nproc_per_node N``) and ``M`` explorer
+   processes (``synchronizer.explorers``), one torch thread per process. Per layout: experiences per
+   second (after the first step), the learner's and the explorers' idle fractions, and the bound it is
+   compared to: a step needs ``gen_1`` of explorer time and ``rest_1`` of learner time (the 1-thread
+   probe), split over ``M`` and ``N`` processes on ``cores`` cores, so it takes at least
+   ``max(gen_1 / M, rest_1 / N, (gen_1 + rest_1) / cores)``.
 """
 
 from __future__ import annotations
@@ -83,27 +90,44 @@ def _config(workload: str, steps: int, seed: int = 0, **extra: Any) -> dict[str,
     return config
 
 
-def run_one(config: dict[str, Any], profile: bool) -> dict[str, Any]:
-    """One run in this process: its history and profile (the ``--one`` entry)."""
+def run_one(config: dict[str, Any], profile: bool, run_dir: str | None = None) -> dict[str, Any]:
+    """One run in this process: its history and profile (the ``--one`` entry; under torchrun every rank
+    runs it in ``run_dir``)."""
     from trinity_core.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
-        result = train(config, run_dir=Path(tmp) / "run", profile=profile)
+        result = train(config, run_dir=Path(run_dir or tmp) / "run", profile=profile)
     keep = ("time/step_s", "reward/mean", "throughput/experiences_per_s")
     idle = ("explorer/idle_fraction", "learner/idle_fraction")
     history = [{k: row[k] for k in keep + idle if k in row} for row in result.history]
     return {"history": history, "profile": result.profile}
 
 
-def _spawn(config: dict[str, Any], profile: bool = False) -> dict[str, Any]:
-    """:func:`run_one` in a fresh process with ``OMP_WAIT_POLICY=PASSIVE``."""
+def _spawn(config: dict[str, Any], profile: bool = False, ranks: int = 1) -> dict[str, Any]:
+    """:func:`run_one` in a fresh process with ``OMP_WAIT_POLICY=PASSIVE``; with ``ranks > 1`` in that many
+    learner ranks (torchrun on a loopback rendezvous, one thread each), rank 0 reporting."""
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    request = json.dumps({"config": config, "profile": profile})
-    out = subprocess.run(
-        [sys.executable, __file__, "--one", request], env=env, check=True, capture_output=True, text=True
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as tmp:
+        request = json.dumps({"config": config, "profile": profile, "run_dir": tmp})
+        launcher = [sys.executable]
+        if ranks > 1:
+            env["OMP_NUM_THREADS"] = "1"
+            launcher += ["-m", "torch.distributed.run", "--nproc_per_node", str(ranks)]
+            launcher += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+        out = subprocess.run(
+            [*launcher, __file__, "--one", request], env=env, check=True, capture_output=True, text=True
+        )
+    lines = [line for line in out.stdout.splitlines() if line.startswith('{"history"')]
+    result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _seconds_per_step(history: list[dict[str, float]]) -> float:
@@ -158,6 +182,42 @@ def measure(workload: str, mode: str, steps: int, threads: dict[str, int], seed:
     }
 
 
+def measure_layout(workload: str, steps: int, ranks: int, explorers: int) -> dict[str, float]:
+    """Mode async with ``ranks`` learner ranks and ``explorers`` explorer processes, one thread each."""
+    one = {"explorer_threads": 1, "learner_threads": 1, "explorers": explorers}
+    config = _config(workload, steps, trainer={"threads": 1}, synchronizer={"sync_offset": 1, **one})
+    config["mode"] = "async"
+    rows = _spawn(config, ranks=ranks)["history"][1:]
+    wall = sum(r["time/step_s"] for r in rows)
+    return {
+        "exp_per_s": sum(r["throughput/experiences_per_s"] * r["time/step_s"] for r in rows) / wall,
+        "explorer_idle": statistics.fmean(r["explorer/idle_fraction"] for r in rows),
+        "learner_idle": statistics.fmean(r["learner/idle_fraction"] for r in rows),
+    }
+
+
+def layouts(spec: str, steps: int, probe_steps: int) -> None:
+    """Print the table of learner ranks x explorer processes (section 3 of the module's docstring)."""
+    workload, cores = "reverse-small", os.cpu_count() or 2
+    result = _spawn(_config(workload, probe_steps, trainer={"threads": 1}), profile=True)
+    step_ms = 1000 * _seconds_per_step(result["history"])
+    share = result["profile"]["generation_ms"] / result["profile"]["step_ms"]
+    gen, rest = share * step_ms, (1 - share) * step_ms
+    rows_per_step = 4 * 16  # reverse-small: 4 prompts x 16 responses
+    print(f"{workload}, lock step with 1 thread: generation {gen:.1f} ms, rest {rest:.1f} ms; {cores} cores")
+    print("| N learner ranks | M explorers | exp/s | bound exp/s | vs bound | learner idle | explorer idle |")
+    print("|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    for item in spec.split(","):
+        n, m = (int(x) for x in item.split("x"))
+        got = measure_layout(workload, steps, n, m)
+        bound = rows_per_step / (max(gen / m, rest / n, (gen + rest) / cores) / 1000)
+        print(
+            f"| {n} | {m} | {got['exp_per_s']:.0f} | {bound:.0f} | {got['exp_per_s'] / bound:.0%} | "
+            f"{got['learner_idle']:.2f} | {got['explorer_idle']:.2f} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -173,6 +233,12 @@ def main() -> None:
         default=",".join(MODES),
         help=f"comma-separated, in order, the first the baseline (default {','.join(MODES)})",
     )
+    parser.add_argument(
+        "--layouts",
+        default=None,
+        help="comma-separated NxM (learner ranks x explorer processes), e.g. 1x1,2x1,1x2,2x2: mode async on "
+        "reverse-small instead of the modes table",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     unknown = sorted(set(args.modes.split(",")) - MODES.keys())
@@ -180,9 +246,15 @@ def main() -> None:
         parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
     if args.one:
         request = json.loads(args.one)
-        print(json.dumps(run_one(request["config"], request["profile"])))
+        result = run_one(request["config"], request["profile"], request.get("run_dir"))
+        if os.environ.get("RANK", "0") == "0":
+            print(json.dumps(result))
         return
     print(machine_line(), f"| load average {os.getloadavg()[0]:.1f} at start")
+    if args.layouts:
+        layouts(args.layouts, args.steps or WORKLOADS["reverse-small"]["steps"], args.probe_steps)
+        print(f"load average {os.getloadavg()[0]:.1f} at the end")
+        return
     print(f"explorer {args.explorer_threads} / learner {args.learner_threads} threads in offset 1 and async")
     print(
         "| workload | mode | exp/s | vs lock step | vs bound | s to target | final reward "

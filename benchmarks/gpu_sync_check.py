@@ -4,8 +4,8 @@ Run: ``python benchmarks/gpu_sync_check.py`` (four one-step runs of the tiny def
 For each of ``grpo`` (advantages in the explorer) and ``ppo`` (GAE in the trainer, a critic), with a k3
 KL loss and the entropy loss on, each with ``trainer.mixed_precision`` ``no`` and ``bf16``, it builds
 the tiny default run on ``cuda`` and runs one step with
-:func:`trinity_core.train.syncs.strict_loss_path` active: the policy loss, the KL and entropy losses and
-the trainer-side advantage run under ``torch.cuda.set_sync_debug_mode("error")`` and with
+:func:`~trinity_core.testing.host_syncs.strict_loss_path` active: the policy loss, the KL and
+entropy losses and the trainer-side advantage run under ``torch.cuda.set_sync_debug_mode("error")`` and with
 ``Tensor.item`` / ``tolist`` / ``bool()`` / ... refused. Prints ``PASS`` and exits 0 when every step
 passed; exits 1 with the first sync's message otherwise. Without a GPU it says so and exits 0 (the CPU
 test ``tests/train/test_host_syncs.py`` covers the host reads there).
@@ -20,7 +20,7 @@ PRESETS = ("grpo", "ppo")
 
 def step_strictly(algorithm: str, mixed_precision: str) -> list[str]:
     """One step of ``algorithm`` on CUDA under the strict loss path; the guarded methods' names."""
-    from trinity_core.train.sync_check import strict_step
+    from trinity_core.testing.host_syncs import strict_step
 
     names, _ = strict_step(
         {
@@ -47,7 +47,7 @@ def main() -> int:
             "no CUDA device: nothing to check here (tests/train/test_host_syncs.py checks host reads on CPU)"
         )
         return 0
-    from trinity_core.train.syncs import HostSyncError
+    from trinity_core.testing.host_syncs import HostSyncError
 
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for algorithm in PRESETS:

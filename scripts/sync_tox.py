@@ -31,7 +31,7 @@ EXTRA_MODULES = {
         "tokenizers",
         "tqdm",
         "trinity_core.train.run",
-        "trinity_core.train.model",
+        "trinity_core.train.models.policy",
         "trinity_core.workflows",
     ),
     "hf": ("datasets", "trinity_core.hf"),

@@ -1,4 +1,5 @@
-"""The shape of the core: no import cycles between its modules, and modules of readable size.
+"""The shape of the core: no import cycles, modules and functions of readable size, and the direction of
+the imports between the packages of ``trinity_core.train`` (docs/architecture.md).
 
 Imports are read from the source (``ast``), including imports inside functions, since a lazy import is
 still a dependency; only imports under ``if TYPE_CHECKING:`` are left out (they never run).
@@ -18,7 +19,31 @@ LONG_FILES: dict[str, str] = {
     "jsonvalue.py": "one concept: the tagged JSON encoding of info values, both directions side by side",
 }
 
-MAX_LINES = 420
+MAX_LINES = 400
+
+MAX_FUNCTION_LINES = 60
+"""Longest function (or method), definition to last line, in ``trinity_core/train`` and
+``trinity_core/lm``."""
+
+LONG_FUNCTIONS: dict[str, str] = {}
+"""``"path::qualname"`` allowed past :data:`MAX_FUNCTION_LINES`, each with the reason. Keep this empty."""
+
+TRAIN_PACKAGES: dict[str, set[str]] = {
+    "models": set(),
+    "report": set(),
+    "data": {"models"},
+    "checkpoints": {"data"},
+    "explorer": {"data", "models", "report"},
+    "learner": {"data", "models", "report", "checkpoints"},
+    "modes": {"data", "models", "report", "checkpoints", "explorer", "learner"},
+}
+"""The packages of ``trinity_core.train`` and the sibling packages each may import: data flows data ->
+explorer -> buffer -> learner, weights go back only through ``modes``; the entry points at the top of
+``train`` (``run``, ``build``, ``export``, ``eval_run``) may import any package, no package imports them
+but ``modes`` (which runs the build and the export)."""
+
+ENTRY_MODULES = {"run", "build", "export", "eval_run", "_moved"}
+"""The modules at the top of ``trinity_core.train``."""
 
 
 def _module_name(path: Path) -> str:
@@ -122,3 +147,114 @@ def test_core_modules_stay_readable_in_size(path: Path) -> None:
     if name in LONG_FILES:
         return
     assert lines <= MAX_LINES, f"trinity_core/{name} has {lines} lines; split it by concept"
+
+
+def _train_part(module: str) -> str | None:
+    """The package (or entry module) of ``trinity_core.train`` that ``module`` belongs to."""
+    parts = module.split(".")
+    if parts[:2] != ["trinity_core", "train"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def _against_direction(graph: dict[str, set[str]]) -> list[str]:
+    """The imports between the packages of ``trinity_core.train`` that :data:`TRAIN_PACKAGES` forbids."""
+    wrong = []
+    for module, deps in sorted(graph.items()):
+        part = _train_part(module)
+        if part not in TRAIN_PACKAGES:
+            continue
+        allowed = TRAIN_PACKAGES[part] | {part}
+        if part == "modes":
+            allowed |= ENTRY_MODULES - {"run", "_moved"}
+        for dep in sorted(deps):
+            target = _train_part(dep)
+            if dep == "trinity_core.train" or (target is not None and target not in allowed):
+                wrong.append(f"{module} imports {dep}")
+    return wrong
+
+
+def test_direction_check_finds_a_wrong_arrow() -> None:
+    graph = {
+        "trinity_core.train.learner.step": {
+            "trinity_core.train.explorer.rollout",
+            "trinity_core.train.data.tasks",
+        },
+        "trinity_core.train.data.tasks": {"trinity_core.train.run"},
+        "trinity_core.train.modes.runner": {"trinity_core.train.build", "trinity_core.train.learner.step"},
+    }
+    assert _against_direction(graph) == [
+        "trinity_core.train.data.tasks imports trinity_core.train.run",
+        "trinity_core.train.learner.step imports trinity_core.train.explorer.rollout",
+    ]
+
+
+def test_train_packages_import_only_in_the_allowed_direction() -> None:
+    wrong = _against_direction(_without_package_edges(_graph()))
+    assert not wrong, "imports against the direction of docs/architecture.md:\n" + "\n".join(wrong)
+
+
+def test_every_train_module_is_in_a_package_or_an_entry_point() -> None:
+    top = {p.stem for p in (CORE / "train").glob("*.py")} - {"__init__"}
+    packages = {p.name for p in (CORE / "train").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert top == ENTRY_MODULES
+    assert packages == set(TRAIN_PACKAGES)
+
+
+def test_the_lower_layers_never_import_train() -> None:
+    """``trinity_core.lm`` imports nothing of the core; the data model, components, ops, buffer and
+    workflows never import ``trinity_core.train``."""
+    graph = _graph()
+    lower = ("trinity_core.lm", "trinity_core.workflows", "trinity_core.components", "trinity_core.ops")
+    lower += ("trinity_core.buffer", "trinity_core.batch", "trinity_core.experience", "trinity_core.codec")
+    wrong = [
+        f"{module} imports {dep}"
+        for module, deps in sorted(graph.items())
+        if module.startswith(lower)
+        for dep in sorted(deps)
+        if dep.startswith("trinity_core.train")
+        or (module.startswith("trinity_core.lm") and not dep.startswith("trinity_core.lm"))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def _functions(path: Path) -> list[tuple[str, int]]:
+    """``(qualname, lines)`` of every function and method in ``path``."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                found.append((name, (child.end_lineno or child.lineno) - child.lineno + 1))
+                visit(child, f"{name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted([*(CORE / "train").rglob("*.py"), *(CORE / "lm").rglob("*.py")]),
+    ids=lambda p: str(p.relative_to(CORE)),
+)
+def test_train_functions_stay_readable_in_size(path: Path) -> None:
+    name = str(path.relative_to(CORE))
+    long = [
+        f"{qualname} ({lines} lines)"
+        for qualname, lines in _functions(path)
+        if lines > MAX_FUNCTION_LINES and f"{name}::{qualname}" not in LONG_FUNCTIONS
+    ]
+    assert not long, f"trinity_core/{name}: split {', '.join(long)} into named steps"
+
+
+def test_the_function_size_check_measures_functions() -> None:
+    source = "def f():\n" + "    x = 1\n" * 70 + "class C:\n    def m(self):\n        return 1\n"
+    path = Path(__file__).with_name("_function_size_probe.py")
+    path.write_text(source, encoding="utf-8")
+    try:
+        assert _functions(path) == [("f", 71), ("C.m", 2)]
+    finally:
+        path.unlink()

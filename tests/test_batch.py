@@ -24,7 +24,7 @@ from trinity_core.batch import (
     gather_rewards,
     gather_token_ids,
 )
-from trinity_core.experience import EID, Experience, group_by
+from trinity_core.experience import EID, Experience, ExperienceError, group_by
 
 pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
 
@@ -88,14 +88,14 @@ def test_gather_multi_modal_inputs_concatenates() -> None:
 
 def test_gather_multi_modal_errors() -> None:
     exps = _two()
-    with pytest.raises(ValueError, match="experience 0"):
+    with pytest.raises(ExperienceError, match="experience 0"):
         gather_multi_modal_inputs(exps)
     exps[0].multi_modal_inputs = {"pix": torch.ones(2, 3)}
     exps[1].multi_modal_inputs = {"pix": torch.ones(2, 4)}
-    with pytest.raises(ValueError, match="experience 1"):
+    with pytest.raises(ExperienceError, match="experience 1"):
         gather_multi_modal_inputs(exps)
     exps[1].multi_modal_inputs = {"other": torch.ones(2, 3)}
-    with pytest.raises(ValueError, match="lacks multi-modal key 'pix'"):
+    with pytest.raises(ExperienceError, match="lacks multi-modal key 'pix'"):
         gather_multi_modal_inputs(exps)
 
 
@@ -110,7 +110,7 @@ def test_gather_errors_name_the_index() -> None:
         gather_response_attrs(exps, "logprobs", 2)
     with pytest.raises(ValueError, match="no attribute 'nope'"):
         gather_response_attrs(exps, "nope", 3)
-    with pytest.raises(ValueError, match=r"experience 0 .* advantages=None"):
+    with pytest.raises(ExperienceError, match=r"experience 0 .* advantages=None"):
         gather_response_attrs(exps, "advantages", 3)
     with pytest.raises(ValueError, match="no experiences"):
         gather_token_ids([], 1, 1, 0)
@@ -336,16 +336,16 @@ def test_batch_errors() -> None:
     exps = _two()
     exps[0].advantages = torch.zeros(2)
     with pytest.raises(
-        ValueError, match=r"advantages is set on 1 experiences but None on 1 \(first: index 1\)"
+        ExperienceError, match=r"advantages is set on 1 experiences but None on 1 \(first: index 1\)"
     ):
         ExperienceBatch.from_experiences(exps)
     exps[1].advantages = torch.zeros(3)
-    with pytest.raises(ValueError, match="experience 1 has advantages of shape"):
+    with pytest.raises(ExperienceError, match="experience 1 has advantages of shape"):
         ExperienceBatch.from_experiences(exps)
     with pytest.raises(ValueError, match="experience 0 has a response of 2 tokens"):
         ExperienceBatch.from_experiences(_two(), max_response_length=1)
     dpo = Experience(tokens=[1, 2], chosen=[3], rejected=[4])
-    with pytest.raises(ValueError, match="DPO pair"):
+    with pytest.raises(ExperienceError, match="DPO pair"):
         ExperienceBatch.from_experiences([dpo])
     batch = ExperienceBatch.from_experiences(_two())
     with pytest.raises(ValueError, match="has no 'advantages'"):
@@ -463,3 +463,22 @@ def test_pad_rows_pads_each_row_on_its_side(lengths: list[int], extra: int, equa
     pieces = zip(rows, fills, strict=True) if side == "right" else zip(fills, rows, strict=True)
     expected = torch.stack([torch.cat(pair) for pair in pieces])
     assert torch.equal(got, expected)
+
+
+def test_experience_content_errors_are_experience_errors_and_limits_are_value_errors() -> None:
+    # What is wrong with an experience itself raises ExperienceError (also an AssertionError, as the
+    # reference's asserts); a length over a configured limit or a bad argument stays a plain ValueError.
+    bad_tokens = _two()
+    bad_tokens[0].tokens = torch.zeros(2, 2, dtype=torch.int32)
+    with pytest.raises(ExperienceError, match=r"experience 0 .* needs 1-D tokens"):
+        gather_token_ids(bad_tokens, 5, 5, 0)
+    bad_prompt = _two()
+    bad_prompt[1].prompt_length = 9
+    with pytest.raises(AssertionError, match="experience 1 has prompt_length=9"):
+        ExperienceBatch.from_experiences(bad_prompt)
+    with pytest.raises(ValueError, match="has a prompt of 2 tokens") as limit:
+        gather_token_ids(_two(), 1, 5, 0)
+    assert not isinstance(limit.value, AssertionError)
+    with pytest.raises(ValueError, match="no attribute 'nope'") as argument:
+        gather_response_attrs(_two(), "nope", 3)
+    assert not isinstance(argument.value, AssertionError)

@@ -105,6 +105,39 @@ def test_plugins_list_table_shows_components_and_failures(
     assert "tt-broken 9.9: ImportError: missing dependency foo" in out
 
 
+def test_plugins_list_wide_adds_the_shipped_plugins_not_installed_with_their_install_line(
+    installed: PluginSite, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trinity_core.registry.shipped import SHIPPED
+
+    # One shipped distribution that is not installed here, and one that is (the fake tt-plugin).
+    monkeypatch.setitem(SHIPPED["trinity_core.policy_losses"], "tt_absent_loss", "trinity-plugin-tt-absent")
+    monkeypatch.setitem(SHIPPED["trinity_core.algorithms"], "tt_absent", "trinity-plugin-tt-absent")
+    monkeypatch.setitem(SHIPPED["trinity_core.policy_losses"], "tt_loss", "tt-plugin")
+    assert main(["plugins", "list", "--wide"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("shipped with trinity-core, not installed:\n", 1)[1]
+    assert "  trinity-plugin-tt-absent: algorithm tt_absent, policy_loss tt_absent_loss\n" in section
+    assert (
+        "    install: pip install trinity-plugin-tt-absent (from a wheelhouse: pip install --find-links dist "
+        "trinity-plugin-tt-absent; from a checkout: pip install ./plugins/trinity-plugin-tt-absent)"
+    ) in section
+    assert "tt-plugin" not in section  # installed: listed in the table, not here
+    assert main(["plugins", "list", "--wide", "--kind", "algorithm"]) == 0
+    assert "trinity-plugin-tt-absent: algorithm tt_absent\n" in capsys.readouterr().out
+    assert main(["plugins", "list"]) == 0
+    assert (
+        "shipped plugin(s) not installed: `trinity plugins list --wide` lists them" in capsys.readouterr().out
+    )
+    assert main(["plugins", "list", "--json"]) == 0
+    missing = {d["distribution"]: d for d in json.loads(capsys.readouterr().out)["not_installed"]}
+    assert missing["trinity-plugin-tt-absent"]["provides"] == [
+        "algorithm tt_absent",
+        "policy_loss tt_absent_loss",
+    ]
+    assert "tt-plugin" not in missing
+
+
 def test_plugins_list_strict_exits_1(installed: PluginSite, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins", "list", "--kind", "policy_loss", "--strict"]) == 1
     assert "strict mode: 1 failed plugin(s)" in capsys.readouterr().err
@@ -212,6 +245,27 @@ def test_config_validate(installed: PluginSite, tmp_path: Path, capsys: pytest.C
     assert "algorithm.policy_loss_fn_args.clip_range" in err
     assert "algorithm.policy_loss_fn_args.mdoe: unknown key; did you mean 'mode'?" in err
     assert "[policy loss 'tt_loss' from tt-plugin 0.3.1]" in err
+
+
+def test_config_validate_takes_the_file_as_trinity_train_does(
+    installed: PluginSite, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`trinity config validate --config x.yaml` validates x.yaml, like the positional form (an outside
+    author wrote it as for `trinity train --config` and got a usage error)."""
+    good = tmp_path / "good.yaml"
+    good.write_text("algorithm:\n  algorithm_type: tt_algo\n  policy_loss_fn_args: {mode: b}\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm:\n  algorithm_type: tt_algo\n  policy_loss_fn_args: {mdoe: a}\n")
+    outputs = []
+    for argv in (["--config", str(good)], [str(good)], [str(good), "--config", str(good)]):
+        assert main(["config", "validate", *argv, "--json"]) == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert outputs[0]["algorithm"]["policy_loss_fn_args"]["mode"] == "b"  # the file was read
+    assert main(["config", "validate", "--config", str(bad)]) == 1
+    assert "algorithm.policy_loss_fn_args.mdoe: unknown key" in capsys.readouterr().err
+    assert main(["config", "validate", str(good), "--config", str(bad)]) == 2
+    assert "two config files" in capsys.readouterr().err
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,9 @@ per item and field without paying for it in bytes. The bound is what ``docs/wire
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import struct
 import tracemalloc
 from typing import Any
@@ -16,8 +18,8 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from trinity_core.codec import MAGIC, VERSION, ExperienceDecodeError, deserialize_many, serialize_many
-from trinity_core.experience import TENSOR_FIELDS, CustomField, Experience
+from trinity_core.codec import MAGIC, VERSION, ExperienceDecodeError, decode, deserialize_many, serialize_many
+from trinity_core.experience import TENSOR_FIELDS, CustomField, Experience, experience_field_names
 
 pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
 
@@ -46,24 +48,28 @@ def columns(n: int) -> dict[str, Any]:
 
 
 def empty_tensor_fields(layout: str) -> tuple[dict[str, Any], bytes]:
-    """Every tensor field present in every item with zero elements, as ``len`` or ``lens``."""
-    specs = {
-        field: {"present": None, "dtype": "float32", **({"len": 0} if layout == "len" else {"lens": [0] * N})}
-        for field in TENSOR_FIELDS
-    }
+    """Every tensor field present in every item with zero elements, as ``len``, ``lens`` or ``shapes``."""
+    sizes = {"len": 0, "lens": [0] * N, "shapes": [[0, 3]] * N}
+    specs = {field: {"present": None, "dtype": "float32", layout: sizes[layout]} for field in TENSOR_FIELDS}
     return specs, save({field: torch.zeros(0) for field in TENSOR_FIELDS})
 
 
 def crafted(case: str) -> bytes:
     """One crafted payload of ``N`` experiences that cost the encoder as few bytes as it allows."""
     if case.startswith("empty tensors"):
-        specs, blob = empty_tensor_fields("lens" if "lens" in case else "len")
+        specs, blob = empty_tensor_fields(case.removeprefix("empty tensors (").removesuffix(")"))
         return frame({"n": N, "columns": columns(N), "tensors": specs}, blob)
     mm = {"mm": {"present": None, "keys": [[]] * N}} if case == "empty multi-modal dicts" else {}
     return frame({"n": N, "columns": columns(N), "tensors": {}, **mm}, save({}))
 
 
-CASES = ["empty items", "empty tensors (len)", "empty tensors (lens)", "empty multi-modal dicts"]
+CASES = [
+    "empty items",
+    "empty tensors (len)",
+    "empty tensors (lens)",
+    "empty tensors (shapes)",
+    "empty multi-modal dicts",
+]
 
 
 def peak_of(data: bytes) -> tuple[int, Any]:
@@ -133,3 +139,53 @@ def test_zero_length_items_share_one_empty_tensor_and_round_trip() -> None:
     out = deserialize_many(serialize_many(exps))
     assert [exp.advantages.tolist() for exp in out] == [[], [0.0, 1.0], []]
     assert out[0].advantages is out[2].advantages
+
+
+def test_zero_element_items_of_one_shape_share_one_tensor_and_keep_their_shape() -> None:
+    shapes = [(0, 3), (2, 2), (0, 3), (0, 5), ()]
+    exps = [Experience(tokens=[1, 2, 3], prompt_length=1) for _ in shapes]
+    for exp, shape in zip(exps, shapes, strict=True):
+        exp.returns = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+    out = deserialize_many(serialize_many(exps))
+    assert [tuple(exp.returns.shape) for exp in out] == shapes
+    assert [exp.returns.tolist() for exp in out] == [[], [[0.0, 1.0], [2.0, 3.0]], [], [], 0.0]
+    assert out[0].returns is out[2].returns
+    assert out[3].returns is not out[0].returns
+
+
+def test_the_decoder_stores_every_field_of_an_experience() -> None:
+    """The decoder's per-item builder takes the fields by position: its parameters are the fields."""
+    parameters = tuple(inspect.signature(decode._experience).parameters)
+    assert parameters == experience_field_names()
+
+
+def _shapes_payload(shapes: list[list[Any]], elements: int) -> bytes:
+    """One ``logprobs`` column in the ``shapes`` layout over a blob of ``elements`` zeros."""
+    n = len(shapes)
+    spec = {"logprobs": {"present": None, "dtype": "float32", "shapes": shapes}}
+    return frame({"n": n, "columns": columns(n), "tensors": spec}, save({"logprobs": torch.zeros(elements)}))
+
+
+@pytest.mark.parametrize(
+    ("shapes", "elements", "refusal"),
+    [
+        ([[1] * 64], 1, None),  # the most dimensions a shape may have
+        ([[1] * 65], 1, "tensor field 'logprobs'.shapes: each shape must be a list of at most 64 ints"),
+        ([["a"]], 1, "tensor field 'logprobs'.shapes must hold only ints"),
+        ([[-1]], 1, "tensor field 'logprobs'.shapes: negative dimension"),
+        # The largest int64 passes the range check, and then holds more elements than the blob.
+        ([[2**63 - 1]], 1, "tensor field 'logprobs': shapes hold 9223372036854775807 elements, blob holds 1"),
+        ([[2**63]], 1, "tensor field 'logprobs'.shapes: dimension beyond the int64 range"),
+    ],
+    ids=["64-dims", "65-dims", "not-an-int", "negative", "int64-max", "beyond-int64"],
+)
+def test_a_shape_is_checked_at_its_bounds_naming_the_field(
+    shapes: list[list[Any]], elements: int, refusal: str | None
+) -> None:
+    data = _shapes_payload(shapes, elements)
+    if refusal is None:
+        assert deserialize_many(data)[0].logprobs.shape == (1,) * 64  # type: ignore[union-attr]
+        return
+    with pytest.raises(ExperienceDecodeError) as caught:
+        deserialize_many(data)
+    assert str(caught.value) == f"malformed experience payload: {refusal}"

@@ -226,6 +226,9 @@ def test_kind_bases_cover_contract():
         "entropy_loss",
         "value_loss",
         "workflow",
+        "task_selector",
+        "operator",
+        "priority_fn",
         "tool_parser",
     }
     for kind, bases in KIND_BASES.items():

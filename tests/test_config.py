@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -294,6 +295,12 @@ def test_unknown_preset_and_preset_errors() -> None:
     assert "unknown keys ['sample_strategy']" in sloppy
 
 
+def test_a_trinity_rft_name_without_an_equal_component_names_its_replacement() -> None:
+    problem = problems_of({"algorithm": {"algorithm_type": "grpo_verl"}})["algorithm.algorithm_type"]
+    assert "algorithm 'grpo_verl' of trinity-rft 0.6.0 is not provided by trinity-core" in problem
+    assert "use algorithm_type 'grpo'" in problem
+
+
 def test_check_config_hook_problems_are_collected() -> None:
     class Rules:
         @hookimpl
@@ -383,3 +390,19 @@ def test_preset_and_advantage_fn_must_agree_on_where_advantages_are_computed() -
         resolve_config(
             {"algorithm": {"algorithm_type": "pipeline_preset", "policy_loss_fn": None}}, registry=registry
         )
+
+
+def test_progress_metrics_default_to_the_standard_figures_and_take_a_list_of_keys() -> None:
+    """`trainer.progress_metrics`: metric keys the progress line shows after the standard figures (none by
+    default, today's line); each key once and without blanks, so a typo'd list fails before training."""
+    assert RunConfig().trainer.progress_metrics == []
+    keys = ["actor/unmasked_frac", "advantage/raft/kept_fraction"]
+    assert RunConfig.model_validate({"trainer": {"progress_metrics": keys}}).trainer.progress_metrics == keys
+    for bad, why in (
+        (["actor/x", "actor/x"], "given more than once"),
+        ([" actor/x"], "blank or have spaces"),
+        ([""], "blank or have spaces"),
+        ("actor/x", "list"),
+    ):
+        with pytest.raises(pydantic.ValidationError, match=why):
+            RunConfig.model_validate({"trainer": {"progress_metrics": bad}})

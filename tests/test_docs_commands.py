@@ -151,3 +151,39 @@ def test_plugins_list_of_every_shipped_plugin_fits_100_columns(capsys: pytest.Ca
     table = capsys.readouterr().out.split("\n\n", 1)[0].splitlines()
     assert len(table) > 50
     assert max(len(line) for line in table) <= 100
+
+
+def test_requirements_all_brings_peft_through_the_lora_extra_and_tox_train_takes_it_from_there() -> None:
+    """benchmarks/bench_memory.py's LoRA configuration needs peft: requirements/all.txt installs it (the
+    core's lora extra), and tox's train env, which installs requirements/all.txt, pins no second peft."""
+    lines = (ROOT / "requirements" / "all.txt").read_text().splitlines()
+    [core] = [line for line in lines if line.startswith("-e .[")]
+    extras = core.removeprefix("-e .[").removesuffix("]").split(",")
+    assert "lora" in extras
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(dep.startswith("peft") for dep in project["optional-dependencies"]["lora"])
+    assert '"lora"' in (ROOT / "benchmarks" / "bench_memory.py").read_text()  # the configuration needing it
+    tox = (ROOT / "tox.ini").read_text()
+    train_env = tox.split("[testenv:train]", 1)[1].split("\n[", 1)[0]
+    assert "-r {toxinidir}/requirements/all.txt" in train_env
+    assert "peft" not in train_env.split("deps =", 1)[1].split("commands =", 1)[0]
+
+
+@needs_every_plugin
+def test_authoring_says_how_to_test_a_clipping_loss_off_policy() -> None:
+    """The default run makes one update per batch (ratio exactly 1: every clipping loss acts as PPO);
+    docs/authoring.md shows a run whose ratio leaves 1, and that run does make several updates."""
+    from trinity_core.config import resolve_config
+    from trinity_core.train.run import DEFAULT_CONFIG
+
+    doc = ROOT / "docs" / "authoring.md"
+    section = doc.read_text().split("### Testing a clipping loss", 1)[1].split("\n## ", 1)[0]
+    assert "ratio" in section
+    assert "exactly 1" in section
+    assert "actor/pg_clipfrac" in section
+    [argv] = [a for p, a in TRAIN if p == doc and any("minibatches" in w for w in a)]
+    ns = build_parser().parse_args(argv)
+    default = resolve_config(None, embedded=DEFAULT_CONFIG)
+    assert default.trainer.epochs * default.trainer.minibatches == 1  # why the section exists
+    resolved = resolve_config(None, overrides=ns.overrides, embedded=DEFAULT_CONFIG)
+    assert resolved.trainer.epochs * resolved.trainer.minibatches > 1

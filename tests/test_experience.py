@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reference import import_reference
 
-from trinity_core import EID, CustomField, Experience, group_by, split_dpo_experience_to_single_turn
+from trinity_core import (
+    EID,
+    CustomField,
+    Experience,
+    ExperienceError,
+    group_by,
+    split_dpo_experience_to_single_turn,
+)
 from trinity_core.experience import escape_id_component
 
 pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
@@ -28,6 +35,17 @@ class TestEID:
         assert eid.rid == "3/7/2"
         assert eid.tid == "3/7"
         assert str(eid) == eid.uid
+
+    def test_repr_reads_as_the_reference_and_str_stays_the_uid(self) -> None:
+        eid = EID(batch=1, task=2, run=3, step=4, suffix="abc123")
+        assert repr(eid) == "EID(batch=1, task=2, run=3, step=4, uuid=abc123)"
+        assert repr(EID(batch="b", task="a/b", suffix="s")) == "EID(batch=b, task=a/b, run=0, step=0, uuid=s)"
+        assert str(EID(batch="b", task="a/b", suffix="s")) == "b/a%2Fb/0/0/s"
+
+    def test_repr_equals_the_references(self) -> None:
+        ref = import_reference("trinity.common.experience")
+        for fields in ({"batch": 1, "task": 2, "run": 3, "step": 4, "suffix": "abc123"}, {"suffix": "x"}):
+            assert repr(EID(**fields)) == repr(ref.EID(**fields))
 
     def test_defaults_and_fresh_suffixes(self) -> None:
         a, b = EID(), EID()
@@ -148,6 +166,33 @@ class TestExperience:
     def test_bad_input_raises_clear_errors(self, kwargs: dict[str, object], message: str) -> None:
         with pytest.raises((ValueError, TypeError), match=message):
             Experience(**kwargs)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        "kwargs",
+        [
+            {"tokens": [1, 2], "prompt_length": 0},
+            {"tokens": [1, 2], "prompt_length": 2},
+            {"tokens": None, "prompt_length": 1},
+        ],
+    )
+    def test_invalid_experiences_raise_an_error_that_is_both_value_and_assertion_error(
+        self, kwargs: dict[str, object]
+    ) -> None:
+        # Code written for trinity-rft catches AssertionError (it validates with assert); ours ValueError.
+        assert issubclass(ExperienceError, ValueError)
+        assert issubclass(ExperienceError, AssertionError)
+        with pytest.raises(AssertionError) as caught:
+            Experience(**kwargs)  # type: ignore[arg-type]
+        assert isinstance(caught.value, ExperienceError)
+        assert isinstance(caught.value, ValueError)
+
+    def test_the_reference_asserts_where_we_raise_experience_error(self) -> None:
+        ref = import_reference("trinity.common.experience")
+        for kwargs in ({"tokens": [1, 2], "prompt_length": 0}, {"tokens": [1, 2], "prompt_length": 2}):
+            with pytest.raises(AssertionError):
+                ref.Experience(**kwargs)
+            with pytest.raises(AssertionError):
+                Experience(**kwargs)  # type: ignore[arg-type]
 
     def test_constructor_keywords_match_the_seed(self) -> None:
         import inspect
@@ -276,7 +321,7 @@ class TestSplitDPO:
         assert pair.info == {"nested": {"a": 1}}
 
     def test_rejects_non_pairs(self) -> None:
-        with pytest.raises(ValueError, match="not a DPO pair"):
+        with pytest.raises(ExperienceError, match="not a DPO pair"):
             split_dpo_experience_to_single_turn([Experience(tokens=[1, 2])])
 
     def test_matches_the_reference_tokens(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from trinity_core import hookspecs
 from trinity_core.components import KLFn
+from trinity_core.experience import Experience
 from trinity_core.hooks import (
     HookCallError,
     HookError,
@@ -117,11 +119,19 @@ def test_in_process_misspelled_hook_is_an_error_naming_the_plugin() -> None:
     assert pm.get_plugin("my_filter") is None
 
 
+def _exp(tag: str) -> Experience:
+    return Experience(tokens=[1, 2], prompt_length=1, info={"tag": tag})
+
+
+def _tags(experiences: list[Experience]) -> list[str]:
+    return [e.info["tag"] for e in experiences]
+
+
 def test_pipeline_order_tryfirst_registration_order_trylast() -> None:
     pm = TrinityPluginManager()
 
     def stage(tag: str) -> Any:
-        return lambda experiences, step: [*experiences, f"{tag}@{step}"]
+        return lambda experiences, step: [*experiences, _exp(f"{tag}@{step}")]
 
     late = types.SimpleNamespace(trinity_process_experiences=hookimpl(trylast=True)(stage("late")))
     first = types.SimpleNamespace(trinity_process_experiences=hookimpl(tryfirst=True)(stage("first")))
@@ -130,21 +140,46 @@ def test_pipeline_order_tryfirst_registration_order_trylast() -> None:
     pm.register(first, name="first")
     pm.register(_plugin(trinity_process_experiences=lambda experiences, step: None), name="keep")
     pm.register(_plugin(trinity_process_experiences=stage("b")), name="b")
-    assert run_experience_pipeline(pm, ["x"], 7) == ["x", "first@7", "a@7", "b@7", "late@7"]
+    got = run_experience_pipeline(pm, [_exp("x")], 7)
+    assert _tags(got) == ["x", "first@7", "a@7", "b@7", "late@7"]
 
 
 def test_pipeline_stage_filters_and_errors_name_the_plugin() -> None:
     pm = TrinityPluginManager()
     pm.register(_plugin(trinity_process_experiences=lambda experiences, step: experiences[1:]), name="drop1")
-    assert run_experience_pipeline(pm, [1, 2, 3], 0) == [2, 3]
+    assert _tags(run_experience_pipeline(pm, [_exp("1"), _exp("2"), _exp("3")], 0)) == ["2", "3"]
     pm.register(
         _plugin(trinity_process_experiences=lambda experiences, step: tuple(experiences)), name="tuple"
     )
     with pytest.raises(HookCallError, match=r"plugin 'tuple'.*returned tuple"):
-        run_experience_pipeline(pm, [1], 0)
+        run_experience_pipeline(pm, [_exp("1"), _exp("2")], 0)
 
 
-def test_pipeline_wraps_stage_exceptions() -> None:
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (lambda experiences: [None], r"plugin 'bad' at step 3 returned a list whose item 0 is NoneType"),
+        (lambda experiences: [*experiences, "x"], r"item 1 is str, not an Experience"),
+        (lambda experiences: [], r"plugin 'bad' at step 3 dropped every experience of the step"),
+    ],
+    ids=["none", "a-string", "empty"],
+)
+def test_a_stage_must_return_experiences_and_keep_some(returned: Any, message: str) -> None:
+    pm = TrinityPluginManager()
+    pm.register(
+        _plugin(trinity_process_experiences=lambda experiences, step: returned(experiences)), name="bad"
+    )
+    with pytest.raises(HookCallError, match=message):
+        run_experience_pipeline(pm, [_exp("1")], 3)
+
+
+def test_a_stage_may_leave_an_empty_step_empty() -> None:
+    pm = TrinityPluginManager()
+    pm.register(_plugin(trinity_process_experiences=lambda experiences, step: []), name="filter")
+    assert run_experience_pipeline(pm, [], 3) == []
+
+
+def test_pipeline_wraps_stage_exceptions_and_exits() -> None:
     pm = TrinityPluginManager()
 
     def crash(experiences: list[Any], step: int) -> list[Any]:
@@ -153,6 +188,23 @@ def test_pipeline_wraps_stage_exceptions() -> None:
     pm.register(_plugin(trinity_process_experiences=crash), name="shaper")
     with pytest.raises(HookCallError, match=r"plugin 'shaper'.*step 4.*bad reward"):
         run_experience_pipeline(pm, [], 4)
+    pm.unregister(name="shaper")
+    pm.register(_plugin(trinity_process_experiences=lambda experiences, step: sys.exit(2)), name="quitter")
+    with pytest.raises(HookCallError, match=r"plugin 'quitter' at step 4 called sys.exit\(2\)"):
+        run_experience_pipeline(pm, [], 4)
+
+
+def test_an_observer_that_raises_or_exits_is_named() -> None:
+    pm = TrinityPluginManager()
+    seen: list[dict[str, float]] = []
+    pm.register(_plugin(trinity_on_metrics=lambda metrics: seen.append(metrics)), name="partial-args")
+    notify_metrics(pm, 5, {"reward/mean": 1.0})
+    assert seen == [{"reward/mean": 1.0}]  # an observer may declare only the arguments it reads
+    pm.register(_plugin(trinity_on_metrics=lambda step, metrics: sys.exit(0)), name="stopper")
+    with pytest.raises(
+        HookCallError, match=r"trinity_on_metrics of plugin 'stopper' after step 5 called sys.exit"
+    ):
+        notify_metrics(pm, 5, {})
 
 
 def test_check_config_problems_are_prefixed_with_the_plugin() -> None:

@@ -12,7 +12,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trinity_core.jsonvalue import TAG, TORCH_DTYPES, dumps, from_json_value, loads, to_json_value
+from trinity_core.jsonvalue import (
+    MAX_SHARED_HASH,
+    TAG,
+    TORCH_DTYPES,
+    dumps,
+    from_json_value,
+    loads,
+    to_json_value,
+)
 
 pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
 
@@ -203,6 +211,50 @@ def test_decoding_rejects_non_json_input() -> None:
 def test_deep_nesting_is_a_value_error() -> None:
     with pytest.raises(ValueError):  # noqa: PT011
         loads("[" * 100_000 + "]" * 100_000)
+
+
+#: CPython hashes an int to its value modulo this prime: its multiples all share the hash 0.
+HASH_MODULUS = 2**61 - 1
+
+
+def colliding(count: int) -> list[int]:
+    """``count`` distinct ints with one hash value."""
+    items = [HASH_MODULUS * i for i in range(1, count + 1)]
+    assert {hash(item) for item in items} == {0}
+    return items
+
+
+@pytest.mark.parametrize("tag", ["set", "frozenset"])
+def test_sets_of_too_many_items_of_one_hash_are_refused_both_ways(tag: str) -> None:
+    kind = {"set": set, "frozenset": frozenset}[tag]
+    fits = kind(colliding(MAX_SHARED_HASH))
+    assert from_json_value(to_json_value(fits)) == fits
+    too_many = colliding(MAX_SHARED_HASH + 1)
+    with pytest.raises(ValueError, match=rf"tagged value '{tag}': 17 items share one hash value; at most 16"):
+        from_json_value({TAG: tag, "v": too_many})
+    with pytest.raises(TypeError, match=rf"value\['s'\]: a {tag} whose 17 items share one hash value"):
+        to_json_value({"s": kind(too_many)})
+
+
+def test_maps_with_too_many_keys_of_one_hash_are_refused_both_ways() -> None:
+    fits = dict.fromkeys(colliding(MAX_SHARED_HASH), "x")
+    assert from_json_value(to_json_value(fits)) == fits
+    too_many = colliding(MAX_SHARED_HASH + 1)
+    with pytest.raises(ValueError, match="tagged value 'map': 17 items share one hash value"):
+        from_json_value({TAG: "map", "v": [[key, 0] for key in too_many]})
+    with pytest.raises(TypeError, match="value: a dict with non-str keys whose 17 items share one hash"):
+        to_json_value(dict.fromkeys(too_many, 0))
+
+
+def test_many_items_of_distinct_hashes_are_fine() -> None:
+    value = {"s": set(range(10_000)), "m": {i: i for i in range(10_000)}}
+    assert same(from_json_value(to_json_value(value)), value)
+
+
+def test_malformed_map_pairs_are_a_value_error() -> None:
+    for pairs in ([[1, 2], [3]], [[1, 2], 5], [[1, 2, 3]]):
+        with pytest.raises(ValueError, match=r"'v' must be a list of \[key, value\] pairs"):
+            from_json_value({TAG: "map", "v": pairs})
 
 
 json_leaves = st.one_of(

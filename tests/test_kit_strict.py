@@ -123,11 +123,18 @@ def test_the_kit_fails_a_name_shared_with_another_distribution_naming_both(site:
     for dist in ("trinity-plugin-first", "trinity-plugin-second"):
         clash = [c for c in distribution_cases(dist) if c.id == "policy_loss:same:name_is_unique"]
         assert len(clash) == 1
-        assert clash[0].problem is not None
-        assert "trinity-plugin-first 1.0" in clash[0].problem
-        assert "trinity-plugin-second 2.0" in clash[0].problem
-        assert "rename the entry point" in clash[0].problem
-    assert not [c for c in distribution_cases("trinity-plugin-third") if c.id.endswith("name_is_unique")]
+        with pytest.raises(pytest.fail.Exception) as info:
+            clash[0].run()
+        problem = str(info.value)
+        assert "trinity-plugin-first 1.0" in problem
+        assert "trinity-plugin-second 2.0" in problem
+        assert f"How to fix: rename the entry point in {dist}'s pyproject.toml" in problem
+    [own] = [
+        c for c in distribution_cases("trinity-plugin-second") if c.id == "policy_loss:own:name_is_unique"
+    ]
+    own.run()  # passes: nobody else claims 'own'
+    [alone] = [c for c in distribution_cases("trinity-plugin-third") if c.id.endswith("name_is_unique")]
+    alone.run()
 
 
 def test_the_test_extra_brings_pytest_and_the_docs_say_to_install_it() -> None:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trinity_core.ops import masked_mean, select
-from trinity_core.ops.fast import as_float, bit_select, mask_bits, row_sums, scratch_buffers
+from trinity_core.ops.fast import as_float, bit_select, mask_bits, row_sums, scratch_buffers, split_views
 from trinity_core.ops.fast import bit_choose as choose
 
 pytestmark = pytest.mark.core_alone  # no plugin changes what this tests: it runs in tox env core only
@@ -106,3 +106,13 @@ def test_row_sums_equal_the_plain_float64_row_sums(shape: tuple[int, int]) -> No
     assert same_bits(row_sums(x, mask, torch.float64), plain)
     expected = plain / mask.sum(dim=-1).clamp_min(1).double()
     assert same_bits(masked_mean(x, mask, dim=-1, dtype=torch.float64), expected)
+
+
+@pytest.mark.parametrize("sizes", [3, [2, 5, 0, 5]])
+def test_split_views_are_the_views_of_torch_split(sizes: int | list[int]) -> None:
+    x = torch.arange(12.0)
+    got, expected = split_views(x, sizes), torch.split(x, sizes)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b)
+        assert a.data_ptr() == b.data_ptr()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from trinity_core.components import KLFn
+from trinity_core.components import AdvantageFn, KLFn
 from trinity_core.registry import (
     ComponentArgsError,
     EntryPointInfo,
@@ -31,7 +31,7 @@ NS = "trinity_core.kl_fns"
 
 KL_MODULE = '''
 from pydantic import Field
-from trinity_core.components import KLFn
+from trinity_core.components import AdvantageFn, KLFn
 
 
 class SquareKL(KLFn):
@@ -277,3 +277,46 @@ def test_create_validates_args_per_key_and_names_the_component(site: PluginSite)
     assert "scael: unknown key; did you mean 'scale'?" in message
     assert "kl_coef: Input should be greater than or equal to 0 (got -1)" in message
     assert {k for k, _ in info.value.problems} == {"scael", "kl_coef"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "replacement"),
+    [
+        ("algorithm", "grpo_verl", "'grpo'"),
+        ("advantage_fn", "opmd_verl", "'opmd'"),
+        ("advantage_fn", "asymre_verl", "'asymre'"),
+    ],
+)
+def test_trinity_rft_names_without_an_equal_component_are_refused_in_one_line_naming_the_replacement(
+    kind: str, name: str, replacement: str
+) -> None:
+    with pytest.raises(UnknownComponentError) as info:
+        Registry().resolve(kind, name)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{name!r} of trinity-rft 0.6.0 is not provided by trinity-core: use " in message
+    assert replacement in message
+
+
+def test_retired_names_are_no_shipped_component_and_a_plugin_may_still_provide_one() -> None:
+    from trinity_core.registry.retired import RETIRED
+    from trinity_core.registry.shipped import SHIPPED
+
+    for kind, names in RETIRED.items():
+        assert not set(names) & set(SHIPPED[get_kind(kind).namespace]), kind
+    # The trainer-side grpo_verl advantage function equals the reference's and stays a component.
+    assert "grpo_verl" in SHIPPED["trinity_core.advantage_fns"]
+    reg = Registry()
+    reg.register("advantage_fn", "opmd_verl", _TrainerSideOPMD)
+    assert reg.resolve("advantage_fn", "opmd_verl") is _TrainerSideOPMD
+
+
+class _TrainerSideOPMD(AdvantageFn):
+    """A plugin's own ``opmd_verl``: a registered name wins over the refusal."""
+
+    def __call__(self, exps: object, **kwargs: object) -> tuple[object, dict[str, float]]:
+        return exps, {}
+
+    @classmethod
+    def default_args(cls) -> dict[str, object]:
+        return {}

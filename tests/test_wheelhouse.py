@@ -124,3 +124,86 @@ def test_sapo_installs_by_name_from_the_wheelhouse_and_trains(tmp_path: Path) ->
         child,
     )
     assert str(ROOT) not in where  # the installed wheels, not this checkout
+
+
+BUILD = ROOT / "scripts" / "build_wheels.sh"
+
+
+def _script(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(BUILD), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _broken_python(folder: Path) -> Path:
+    """A `python` without setuptools' bdist_wheel, as the outside author's PATH had."""
+    folder.mkdir(parents=True)
+    shim = folder / "python"
+    shim.write_text("#!/bin/sh\necho \"error: invalid command 'bdist_wheel'\" >&2\nexit 1\n")
+    shim.chmod(0o755)
+    return shim
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash script")
+def test_build_wheels_help_is_its_own_and_a_bad_option_is_a_usage_error() -> None:
+    done = _script(["--help"], dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: scripts/build_wheels.sh")
+    assert "WHEELHOUSE" in done.stdout
+    assert "pip wheel [options]" not in done.stdout  # not pip's help
+    bad = _script(["--nope"], dict(os.environ))
+    assert bad.returncode == 2
+    assert "unknown option --nope" in bad.stderr
+
+
+def _can_build_wheels(python: str) -> bool:
+    """Whether `python` has what build_wheels.sh asks of an interpreter (pip, setuptools' bdist_wheel)."""
+    probe = (
+        "from setuptools.dist import Distribution; Distribution().get_command_class('bdist_wheel'); "
+        "import importlib.util, sys; sys.exit(importlib.util.find_spec('pip') is None)"
+    )
+    return subprocess.run([python, "-c", probe], capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash script")
+@pytest.mark.skipif(
+    not _can_build_wheels(sys.executable),
+    reason="this environment has no pip or setuptools>=70.1 to build with (tox env all has them)",
+)
+def test_build_wheels_skips_a_python_without_build_tools_and_names_the_one_it_uses(tmp_path: Path) -> None:
+    """The `python` first on PATH cannot build wheels: the script picks an interpreter that can."""
+    broken = _broken_python(tmp_path / "venv" / "bin")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    env["VIRTUAL_ENV"] = str(tmp_path / "venv")  # an active environment without the build tools
+    # The broken `python` first on PATH too; this test's interpreter is the `python3` after it. A shim,
+    # not a symlink: a venv's interpreter symlinked elsewhere no longer finds its venv.
+    real = tmp_path / "real"
+    real.mkdir()
+    shim = real / "python3"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    shim.chmod(0o755)
+    env["PATH"] = os.pathsep.join([str(broken.parent), str(real), "/usr/bin", "/bin"])
+    env["WHEELHOUSE"] = str(tmp_path / "dist")
+    done = _script([str(ROOT / "plugins" / "trinity-plugin-kl")], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "invalid command 'bdist_wheel'" not in done.stderr
+    assert "building 1 wheel(s) with " in done.stderr
+    assert [p.name.split("-")[0] for p in (tmp_path / "dist").glob("*.whl")] == ["trinity_plugin_kl"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash script")
+def test_build_wheels_refuses_a_python_given_without_build_tools_saying_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    broken = _broken_python(tmp_path / "bin")
+    done = _script(["plugins/trinity-plugin-kl"], {**os.environ, "PYTHON": str(broken)})
+    assert done.returncode == 1
+    assert f"PYTHON={broken} cannot build wheels" in done.stderr
+    assert "setuptools>=70.1" in done.stderr
+    assert "building" not in done.stderr

@@ -24,6 +24,7 @@ from trinity_core.experience import (
     EID,
     CustomField,
     Experience,
+    ExperienceError,
     group_by,
     split_dpo_experience_to_single_turn,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ExperienceBatch",
     "ExperienceDecodeError",
     "ExperienceEncodeError",
+    "ExperienceError",
     "__version__",
     "deserialize_many",
     "from_hf_datasets",

@@ -26,7 +26,7 @@ from trinity_core.columns import (
     scatter_token_ids,
     token_rows,
 )
-from trinity_core.experience import Experience
+from trinity_core.experience import Experience, ExperienceError
 from trinity_core.gather import (
     all_finite,
     gather_action_masks,
@@ -73,6 +73,8 @@ class ExperienceBatch:
     * ``prompt_lengths``, ``response_lengths`` ``(N,)`` int64; ``response_mask`` ``(N, R)`` bool is
       ``column < response_length``; ``attention_mask`` ``(N, P + R)`` bool marks the real tokens.
     * ``rewards`` ``(N,)`` float64 with NaN where ``reward is None``, and ``has_reward`` ``(N,)`` bool.
+    * ``truncated`` ``(N,)`` bool: the response ran out of tokens (``truncate_status ==
+      "response_truncated"``); None for a batch built without it.
     * ``group_index[level]`` ``(N,)`` int64 for ``level`` in ``task`` / ``run`` / ``step`` (grouping by
       ``eid.tid`` / ``eid.rid`` / ``eid.sid``): groups are numbered ``0 .. num_groups[level] - 1`` in
       order of first appearance, the order of :func:`~trinity_core.experience.group_by`;
@@ -108,6 +110,7 @@ class ExperienceBatch:
     token_level_reward: Tensor | None = None
     teacher_logprobs: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
+    truncated: Tensor | None = None
     _lengths: list[tuple[int, int]] = field(default_factory=list, repr=False)
 
     @classmethod
@@ -139,7 +142,7 @@ class ExperienceBatch:
         exps = list(experiences)
         dpo = next((i for i, exp in enumerate(exps) if exp.experience_type == "dpo"), None)
         if dpo is not None:
-            raise ValueError(
+            raise ExperienceError(
                 f"{where}: experience {dpo} ({exps[dpo].eid.uid}) is a DPO pair; split it with "
                 f"split_dpo_experience_to_single_turn first"
             )
@@ -164,6 +167,7 @@ class ExperienceBatch:
 
         rewards, has_reward = reward_columns([exp.reward for exp in exps])
         group_index, group_keys = group_columns([exp.eid for exp in exps], group_levels)
+        truncated = [exp.truncate_status == "response_truncated" for exp in exps]
         return cls(
             input_ids=input_ids,
             prompt_lengths=torch.tensor(prompts, dtype=torch.int64, device=device),
@@ -176,6 +180,7 @@ class ExperienceBatch:
             group_index=group_index,
             group_keys=group_keys,
             experiences=exps,
+            truncated=torch.tensor(truncated, dtype=torch.bool),
             _lengths=list(zip(prompts, totals, strict=True)),
             **gathered,
         )
@@ -272,6 +277,13 @@ class ExperienceBatch:
         has_tokens = (self.response_lengths > 0).to(scores.device)
         scores[torch.arange(n, device=scores.device), last] = torch.where(has_tokens, rewards, 0.0)
         return scores
+
+    def select(self, rows: Tensor | Sequence[int]) -> ExperienceBatch:
+        """The rows ``rows`` (a boolean mask or row numbers) as a new batch, its experiences in step
+        (see :func:`trinity_core.batch_rows.select_rows`): what a filtering experience operator returns."""
+        from trinity_core.batch_rows import select_rows
+
+        return select_rows(self, rows)
 
     def group_sizes(self, level: GroupLevel = "task") -> Tensor:
         """Experiences per group at ``level``: ``(num_groups[level],)`` int64."""

@@ -7,7 +7,11 @@ Padding sides, as a trainer consumes the tensors:
 * responses and every response-aligned field are **right**-padded to ``max_response_length``
   (every response starts at column ``P`` of the token ids, column ``0`` of response tensors).
 
-Every check raises a ValueError that names the caller (``where``) and the offending experience's index.
+Every check raises a ValueError that names the caller (``where``) and the offending experience's index:
+an experience whose content does not fit (tokens not 1-D, a prompt length outside its tokens, a response
+field of the wrong length or missing on some experiences) raises
+:class:`~trinity_core.experience.ExperienceError`, which is also an ``AssertionError``; bad arguments and
+lengths over a configured limit raise a plain ValueError.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from trinity_core.experience import Experience
+from trinity_core.experience import Experience, ExperienceError
 from trinity_core.grouping import GroupLevel, group_levels_checked
 
 __all__ = [
@@ -135,13 +139,13 @@ def response_tensor(exp: Experience, index: int, attr_name: str, where: str) -> 
     except AttributeError:
         raise ValueError(f"{where}: Experience has no attribute {attr_name!r}") from None
     if value is None:
-        raise ValueError(
+        raise ExperienceError(
             f"{where}: experience {index} ({exp.eid.uid}) has {attr_name}=None; set it on every experience "
             f"or leave the field out of the batch"
         )
     if not isinstance(value, Tensor) or value.dim() != 1:
         shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        raise ValueError(
+        raise ExperienceError(
             f"{where}: experience {index} has {attr_name} of shape {shape}; a 1-D tensor is needed"
         )
     return value
@@ -153,13 +157,13 @@ def token_rows(experiences: Sequence[Experience], where: str) -> tuple[list[Tens
     for i, exp in enumerate(experiences):
         t = exp.tokens
         if not isinstance(t, Tensor) or t.dim() != 1:
-            raise ValueError(f"{where}: experience {i} ({exp.eid.uid}) needs 1-D tokens, got {t!r}")
+            raise ExperienceError(f"{where}: experience {i} ({exp.eid.uid}) needs 1-D tokens, got {t!r}")
         tokens.append(t)
     prompts = [exp.prompt_length for exp in experiences]
     totals = [t.numel() for t in tokens]
     for i, (p, n) in enumerate(zip(prompts, totals, strict=True)):
         if p < 0 or p > n:
-            raise ValueError(
+            raise ExperienceError(
                 f"{where}: experience {i} has prompt_length={p} but {n} tokens; need 0 <= "
                 f"prompt_length <= len(tokens)"
             )
@@ -206,13 +210,13 @@ def gather_field(
         return None
     if missing:
         first = next(i for i, r in enumerate(rows) if r is None)
-        raise ValueError(
+        raise ExperienceError(
             f"{where}: {name} is set on {len(rows) - missing} experiences but None on {missing} (first: "
             f"index {first}); a batch column needs it on all or none: fill it in or set it to None everywhere"
         )
     for i, (row, n) in enumerate(zip(rows, responses, strict=True)):
         if row.dim() != 1 or row.numel() != n:
-            raise ValueError(
+            raise ExperienceError(
                 f"{where}: experience {i} has {name} of shape {tuple(row.shape)} but a response of "
                 f"{n} tokens; response fields need one entry per response token"
             )

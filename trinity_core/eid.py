@@ -53,6 +53,9 @@ class EID:
     ``EID(batch="1/a", task="b")``. Integers and the string of the same integer give the same id
     (``task=3`` and ``task="3"`` are one task), which keeps ids stable across stores that keep ids as text.
 
+    ``repr`` reads as trinity-rft's (``EID(batch=1, task=2, run=3, step=4, uuid=abc123)``, the suffix
+    named ``uuid``, values unquoted); ``str`` is the escaped, unambiguous ``uid``.
+
     Slotted: the five fields are stored in the object itself (grouping reads them from every experience
     of a batch, one cache miss fewer each), so an EID takes no attributes beyond them.
     """
@@ -98,3 +101,8 @@ class EID:
 
     def __str__(self) -> str:
         return self.uid
+
+    def __repr__(self) -> str:
+        """``EID(batch=1, task=2, run=3, step=4, uuid=abc123)``, as trinity-rft prints it."""
+        fields = f"batch={self.batch}, task={self.task}, run={self.run}, step={self.step}"
+        return f"EID({fields}, uuid={self.suffix})"

@@ -30,6 +30,7 @@ __all__ = [
     "EID",
     "CustomField",
     "Experience",
+    "ExperienceError",
     "ExperienceType",
     "WireFormat",
     "escape_id_component",
@@ -39,6 +40,16 @@ __all__ = [
 ]
 
 ExperienceType = Literal["single_turn", "multi_turn", "dpo"]
+
+
+class ExperienceError(ValueError, AssertionError):
+    """An experience is invalid (a single-turn experience without a response, a batch column that does
+    not fit an experience's response, ...).
+
+    Both a :class:`ValueError` and an :class:`AssertionError`: trinity-rft 0.6.0 validates experiences
+    with ``assert``, so code written for it catches ``AssertionError``; code written for us catches
+    ``ValueError`` (or this class).
+    """
 
 
 @dataclass(frozen=True)
@@ -191,18 +202,20 @@ class Experience:
 
     def _init_single_turn_mask(self) -> None:
         if self.prompt_length <= 0:
-            raise ValueError(f"a single-turn experience needs prompt_length > 0, got {self.prompt_length}")
+            raise ExperienceError(
+                f"a single-turn experience needs prompt_length > 0, got {self.prompt_length}"
+            )
         if self.truncate_status == "prompt_truncated":
             # A truncated prompt has no usable response: mask every response position out.
             length = 0 if self.logprobs is None else len(self.logprobs)
             self.action_mask = torch.zeros(length, dtype=torch.bool)
             return
         if self.tokens is None:
-            raise ValueError("a single-turn experience needs tokens")
+            raise ExperienceError("a single-turn experience needs tokens")
         # shape[0] is len() without Tensor.__len__'s Python wrapper; len() keeps its error for 0-d tokens.
         length = self.tokens.shape[0] if self.tokens.dim() else len(self.tokens)
         if length <= self.prompt_length:
-            raise ValueError(
+            raise ExperienceError(
                 f"a single-turn experience needs a response: len(tokens)={length} "
                 f"<= prompt_length={self.prompt_length}"
             )
@@ -350,7 +363,7 @@ def split_dpo_experience_to_single_turn(experiences: Sequence[Experience]) -> li
     out: list[Experience] = []
     for exp in experiences:
         if exp.chosen is None or exp.rejected is None or exp.tokens is None:
-            raise ValueError(f"split_dpo_experience_to_single_turn: {exp!r} is not a DPO pair")
+            raise ExperienceError(f"split_dpo_experience_to_single_turn: {exp!r} is not a DPO pair")
         prompt = exp.tokens
         for response, messages in ((exp.chosen, exp.chosen_messages), (exp.rejected, exp.rejected_messages)):
             out.append(

@@ -26,7 +26,7 @@ from trinity_core.columns import (
     scatter_token_ids,
     token_rows,
 )
-from trinity_core.experience import Experience
+from trinity_core.experience import Experience, ExperienceError
 from trinity_core.grouping import GROUP_LEVELS, GroupLevel, group_columns, group_levels_checked
 
 __all__ = [
@@ -133,17 +133,19 @@ def gather_multi_modal_inputs(experiences: Sequence[Experience]) -> dict[str, Te
     inputs: list[dict[str, Tensor]] = []
     for i, exp in enumerate(experiences):
         if exp.multi_modal_inputs is None:
-            raise ValueError(f"{where}: experience {i} ({exp.eid.uid}) has multi_modal_inputs=None")
+            raise ExperienceError(f"{where}: experience {i} ({exp.eid.uid}) has multi_modal_inputs=None")
         inputs.append(exp.multi_modal_inputs)
     out: dict[str, Tensor] = {}
     for key, first in inputs[0].items():
         values: list[Tensor] = []
         for i, mm in enumerate(inputs):
             if key not in mm:
-                raise ValueError(f"{where}: experience {i} lacks multi-modal key {key!r} of experience 0")
+                raise ExperienceError(
+                    f"{where}: experience {i} lacks multi-modal key {key!r} of experience 0"
+                )
             value = mm[key]
             if value.dim() != first.dim() or value.shape[1:] != first.shape[1:]:
-                raise ValueError(
+                raise ExperienceError(
                     f"{where}: {key!r} of experience {i} has shape {tuple(value.shape)}, incompatible with "
                     f"{tuple(first.shape)} of experience 0 (all but the first dimension must match)"
                 )

@@ -35,28 +35,50 @@ __all__ = [
 ]
 
 
+def _call(impl: Any, **arguments: Any) -> Any:
+    """Call one hook implementation with the arguments it declares, as pluggy does."""
+    return impl.function(*(arguments[name] for name in impl.argnames))
+
+
 def run_experience_pipeline(pm: TrinityPluginManager, experiences: list[Any], step: int) -> list[Any]:
     """Pass ``experiences`` through every ``trinity_process_experiences`` stage, in pipeline order.
 
     Each stage receives the list the previous stage returned (``None`` keeps the list unchanged).
 
     Raises:
-        HookCallError: a stage raised or returned something other than a list or ``None``.
+        HookCallError: a stage raised or exited, returned something other than a list of experiences or
+            ``None``, or dropped every experience of the step (the learner would have nothing to train on).
     """
+    from trinity_core.experience import Experience
+
     current = list(experiences)
     for impl in pm.ordered_impls("trinity_process_experiences"):
+        where = f"trinity_process_experiences of {pm.describe_impl(impl)} at step {step}"
         try:
-            result = impl.function(experiences=current, step=step)
-        except Exception as exc:
+            result = _call(impl, experiences=current, step=step)
+        except SystemExit as exc:
             raise HookCallError(
-                f"trinity_process_experiences of {pm.describe_impl(impl)} raised at step {step}: {exc!r}"
-            ) from exc
+                f"{where} called sys.exit({exc.code!r}); raise an exception with a reason"
+            ) from None
+        except Exception as exc:
+            raise HookCallError(f"{where} raised {exc!r}") from exc
         if result is None:
             continue
         if not isinstance(result, list):
             raise HookCallError(
-                f"trinity_process_experiences of {pm.describe_impl(impl)} returned {type(result).__name__}; "
-                "return a list of experiences, or None to leave them unchanged"
+                f"{where} returned {type(result).__name__}; return a list of experiences, or None to leave "
+                "them unchanged"
+            )
+        wrong = next(((i, item) for i, item in enumerate(result) if not isinstance(item, Experience)), None)
+        if wrong is not None:
+            raise HookCallError(
+                f"{where} returned a list whose item {wrong[0]} is {type(wrong[1]).__name__}, not an "
+                "Experience; return the experiences to keep"
+            )
+        if current and not result:
+            raise HookCallError(
+                f"{where} dropped every experience of the step (returned an empty list): the learner would "
+                "have nothing to train on; keep some, or raise with the reason"
             )
         current = result
     return current
@@ -76,5 +98,18 @@ def collect_config_problems(pm: TrinityPluginManager, config: Any) -> list[str]:
 
 
 def notify_metrics(pm: TrinityPluginManager, step: int, metrics: Mapping[str, float]) -> None:
-    """Call every ``trinity_on_metrics`` observer with the step's metrics."""
-    pm.hook.trinity_on_metrics(step=step, metrics=dict(metrics))
+    """Call every ``trinity_on_metrics`` observer with the step's metrics.
+
+    Raises:
+        HookCallError: an observer raised or called ``sys.exit`` (naming its plugin and the step).
+    """
+    for impl in pm.ordered_impls("trinity_on_metrics"):
+        where = f"trinity_on_metrics of {pm.describe_impl(impl)} after step {step}"
+        try:
+            _call(impl, step=step, metrics=dict(metrics))
+        except SystemExit as exc:
+            raise HookCallError(
+                f"{where} called sys.exit({exc.code!r}); an observer stops a run by raising with the reason"
+            ) from None
+        except Exception as exc:
+            raise HookCallError(f"{where} raised {exc!r}") from exc

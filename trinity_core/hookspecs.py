@@ -68,11 +68,12 @@ def trinity_check_config(config: Any) -> Iterable[str] | None:
 def trinity_process_experiences(experiences: list[Any], step: int) -> list[Any] | None:
     """A pipeline stage over the experiences of one step, before the add strategy / advantage function.
 
-    Not firstresult: every implementation runs, as a chain. Use
-    :func:`trinity_core.hooks.run_experience_pipeline`, which passes each stage the list returned by
-    the previous one. Order: ``tryfirst`` stages, then the others, then ``trylast`` stages; within each
-    group, plugins run in registration order (entry points sorted by distribution and entry-point name,
-    then in-process registrations in the order they were made).
+    The stages run together as the ``hooks`` operator of ``rollout.experience_pipeline``: first, unless
+    the pipeline lists ``hooks`` elsewhere (docs/buffer.md). Not firstresult: every implementation
+    runs, as a chain. Use :func:`trinity_core.hooks.run_experience_pipeline`, which passes each stage
+    the list returned by the previous one. Order: ``tryfirst`` stages, then the others, then
+    ``trylast`` stages; within each group, plugins run in registration order (entry points sorted by
+    distribution and entry-point name, then in-process registrations in the order they were made).
 
     Args:
         experiences: the current list of :class:`~trinity_core.experience.Experience`.

@@ -27,7 +27,8 @@ that is not a string, or a user key that happens to be ``"$t"``) becomes a ``map
 be mistaken for a tag. Tensor and array dtypes come from an allow-list (:data:`TORCH_DTYPES`,
 :data:`NUMPY_DTYPES`); decoding looks names up in these tables only, never with ``getattr``, ``eval`` or
 pickle, and checks every tag's fields strictly: a bad tag, an unknown dtype or a byte count that does not
-match the shape raises :class:`ValueError`.
+match the shape raises :class:`ValueError`. No more than :data:`MAX_SHARED_HASH` items of one set or map
+may share a hash value, both ways, so decoding stays linear in the size of the data.
 
 Values whose every part is already JSON-native (the common case: a dict of strings to strings, numbers,
 bools and ``None``) are recognised by a quick scan and returned as they are, so encoding them costs little
@@ -40,12 +41,14 @@ import base64
 import binascii
 import json
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import torch
 
 __all__ = [
+    "MAX_SHARED_HASH",
     "NUMPY_DTYPES",
     "TAG",
     "TORCH_DTYPES",
@@ -104,6 +107,11 @@ _INT64_MAX = 2**63 - 1
 #: Tensors and arrays may have at most this many dimensions (numpy's own limit is 64).
 MAX_NDIM = 64
 
+#: Most items of one set, frozenset or map that may share a hash value. A set or dict compares each new
+#: item with every earlier one of the same hash, so many distinct items of one hash take quadratic time;
+#: ints and floats can be crafted to collide (CPython hashes an int to its value modulo ``2**61 - 1``).
+MAX_SHARED_HASH = 16
+
 _SUPPORTED = (
     "None, bool, int, float, str, list, tuple, set, frozenset, dict (any keys of supported types), bytes, "
     "bytearray, torch.Tensor (dense, dtypes: "
@@ -115,9 +123,10 @@ _SUPPORTED = (
 class _Unsupported(Exception):
     """Raised inside the encoder; carries the path of the offending value, innermost segment first."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, list_supported: bool = True) -> None:
         super().__init__(message)
         self.message = message
+        self.list_supported = list_supported
         self.path: list[str] = []
 
 
@@ -139,6 +148,17 @@ def _is_plain(obj: Any) -> bool:
     if kind is list:
         return all(map(_is_plain, obj))
     return False
+
+
+def _shared_hash(keys: list[Any]) -> str | None:
+    """Why ``keys`` may not be set items or map keys (too many share one hash value), or ``None``."""
+    if len(keys) <= MAX_SHARED_HASH:
+        return None
+    most = max(Counter(map(hash, keys)).values())
+    if most <= MAX_SHARED_HASH:
+        return None
+    limit = MAX_SHARED_HASH
+    return f"{most} items share one hash value; at most {limit} may (a set of them builds in quadratic time)"
 
 
 def _b64(raw: bytes) -> str:
@@ -185,6 +205,9 @@ def _encode(obj: Any) -> Any:
                     exc.path.append(f"[{key!r}]")
                     raise
             return out
+        collision = _shared_hash(list(obj))
+        if collision is not None:
+            raise _Unsupported(f"a dict with non-str keys whose {collision}", list_supported=False)
         pairs = []
         for key, value in obj.items():
             try:
@@ -194,6 +217,9 @@ def _encode(obj: Any) -> Any:
                 raise
         return {TAG: "map", "v": pairs}
     if kind is list or kind is tuple or kind is set or kind is frozenset:
+        collision = _shared_hash(list(obj)) if kind is set or kind is frozenset else None
+        if collision is not None:
+            raise _Unsupported(f"a {kind.__name__} whose {collision}", list_supported=False)
         items = []
         for index, item in enumerate(obj):
             try:
@@ -224,13 +250,14 @@ def to_json_value(obj: Any, where: str = "value") -> Any:
     JSON-native and needs no tag is returned as is (not copied). Raises :class:`TypeError` naming the path
     and type of the first value that cannot be written, and listing the supported types.
     """
-    if _is_plain(obj):
-        return obj
     try:
+        if _is_plain(obj):
+            return obj
         return _encode(obj)
     except _Unsupported as exc:
         path = where + "".join(reversed(exc.path))
-        raise TypeError(f"{path}: {exc.message}; supported: {_SUPPORTED}") from None
+        supported = f"; supported: {_SUPPORTED}" if exc.list_supported else ""
+        raise TypeError(f"{path}: {exc.message}{supported}") from None
     except RecursionError:
         raise TypeError(f"{where}: value is nested too deeply to be written") from None
 
@@ -344,6 +371,12 @@ def _hashable(value: Any, tag: str) -> Any:
     return value
 
 
+def _refuse_shared_hash(keys: list[Any], tag: str) -> None:
+    collision = _shared_hash(keys)
+    if collision is not None:
+        raise ValueError(f"tagged value {tag!r}: {collision}")
+
+
 def _decode_tagged(obj: dict[str, Any]) -> Any:
     tag = obj[TAG]
     if tag in ("tuple", "set", "frozenset"):
@@ -354,17 +387,17 @@ def _decode_tagged(obj: dict[str, Any]) -> Any:
         if tag == "tuple":
             return tuple(decoded)
         hashed = [_hashable(item, tag) for item in decoded]
+        _refuse_shared_hash(hashed, tag)
         return set(hashed) if tag == "set" else frozenset(hashed)
     if tag == "map":
         (pairs,) = _fields(obj, tag, ("v",))
         if type(pairs) is not list:
             raise ValueError("tagged value 'map': 'v' must be a list of [key, value] pairs")
-        out: dict[Any, Any] = {}
-        for pair in pairs:
-            if type(pair) is not list or len(pair) != 2:
-                raise ValueError("tagged value 'map': 'v' must be a list of [key, value] pairs")
-            out[_hashable(_decode(pair[0]), tag)] = _decode(pair[1])
-        return out
+        if set(map(type, pairs)) - {list} or set(map(len, pairs)) - {2}:
+            raise ValueError("tagged value 'map': 'v' must be a list of [key, value] pairs")
+        keys = [_hashable(_decode(key), tag) for key, _ in pairs]
+        _refuse_shared_hash(keys, tag)
+        return dict(zip(keys, [_decode(value) for _, value in pairs], strict=True))
     if tag == "int":
         (text,) = _fields(obj, tag, ("hex",))
         text = _text(text, tag, "hex")

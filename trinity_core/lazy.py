@@ -29,7 +29,12 @@ class LazyExperiences(Sequence[Experience], Generic[_Batch]):
     Args:
         count: the number of experiences (rows of the batch).
         make: builds the experiences from the batch (called at most once).
-        rewards: the rewards the experiences will hold (Python values, as given to the producer).
+        rewards: the rewards the experiences will hold (Python values, as given to the producer; whoever
+            changes the batch's rewards before they are made updates this list, see
+            :func:`trinity_core.batch_rows.replace_rewards`).
+        model_version: the version of the policy that sampled every row, when one policy did (a rollout);
+            a reader learns it without making the experiences. None: read each experience's
+            ``info["model_version"]``.
     """
 
     def __init__(
@@ -37,7 +42,9 @@ class LazyExperiences(Sequence[Experience], Generic[_Batch]):
         count: int,
         make: Callable[[_Batch], list[Experience]],
         rewards: Sequence[float | None],
+        model_version: int | None = None,
     ) -> None:
+        self.model_version = model_version
         self._count = count
         self._make = make
         self.rewards = list(rewards)
@@ -61,6 +68,8 @@ class LazyExperiences(Sequence[Experience], Generic[_Batch]):
             items = self._make(self.batch)
             if len(items) != self._count:
                 raise RuntimeError(f"LazyExperiences: made {len(items)} experiences, expected {self._count}")
+            for item, reward in zip(items, self.rewards, strict=True):
+                item.reward = reward  # the rewards as they are now (an operator may have replaced them)
             self._items = items
         return self._items
 

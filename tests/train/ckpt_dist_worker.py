@@ -58,15 +58,15 @@ def main(out: Path, phase: str) -> None:
 
 def _look_slowly() -> None:
     """Make this rank's checks of the run directory late, after rank 0 has had time to write into it."""
-    from trinity_core.train import run
+    from trinity_core.train.checkpoints import run_dir as checks
 
-    holds_files = run._holds_files
+    holds_files = checks.holds_files
 
     def late(run_dir: Path) -> bool:
         time.sleep(1.0)
         return holds_files(run_dir)
 
-    run._holds_files = late  # type: ignore[assignment]
+    checks.holds_files = late  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

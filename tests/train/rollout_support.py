@@ -8,7 +8,7 @@ import torch
 from hypothesis import strategies as st
 
 from trinity_core.experience import Experience
-from trinity_core.train.rollout import Rollout
+from trinity_core.lm.sampling import Rollout
 
 #: The ``model`` section of the tests' training configs: a one-layer model of width 16, seconds per run.
 TINY_MODEL = {

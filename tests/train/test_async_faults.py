@@ -25,7 +25,9 @@ from trinity_core.cli.main import main
 from trinity_core.hooks import get_plugin_manager
 from trinity_core.hookspecs import hookimpl
 from trinity_core.train import train
-from trinity_core.train.async_mode import ExplorerFailed
+from trinity_core.train.modes.async_mode import ExplorerFailed
+
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
 
 DRIVER = Path(__file__).with_name("reliability_driver.py")
 WAIT_S = 240  # a loaded machine needs a while to import torch in two processes

@@ -175,3 +175,84 @@ def test_eval_names_bad_data_a_failing_reward_and_a_failing_template_and_keeps_e
         assert start in line, line
         assert part in line, line
         assert (trained / "eval.json").read_text(encoding="utf-8") == '{"figures": "earlier"}'
+
+
+def test_a_null_answer_is_one_line_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = jsonl(tmp_path / "null.jsonl", [*ROWS[:3], {"q": "1+1=", "answer": None}])
+    code, err = run_cli(
+        capsys, "train", "--config", config_file(tmp_path), "--run-dir", tmp_path / "run",
+        "--set", f"tasks.args.path={data}",
+    )  # fmt: skip
+    assert code == 1
+    assert one_line(err) == (
+        f"trinity: error: tasks: tasks.args.answer_key: row 3 of dataset '{data}' split 'train' has answer "
+        "= None; every answer must be given: fix or drop the row"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unreadable_dataset_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    data = tmp_path / "d.jsonl"
+    real_open = Path.open
+
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self == data:  # as a file without read permission does for a user who is not root
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    config = config_file(tmp_path)
+    monkeypatch.setattr(Path, "open", refuse)
+    code, err = run_cli(capsys, "train", "--config", config, "--run-dir", tmp_path / "run")
+    assert code == 1
+    assert one_line(err) == (
+        f"trinity: error: tasks: tasks.args.path: cannot read '{data}' (Permission denied); make it readable "
+        "or give another path"
+    )
+
+
+def test_a_run_dir_name_longer_than_the_file_system_allows_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = tmp_path / ("r" * 300)
+    code, err = run_cli(capsys, "train", "--config", config_file(tmp_path), "--run-dir", long)
+    assert code == 1
+    assert one_line(err).startswith("trinity train: error: run directory name ")
+    assert one_line(err).endswith(
+        "is longer than the file system allows; choose a shorter --run-dir (or trainer.run_dir)"
+    )
+
+
+def test_overwrite_never_deletes_a_directory_that_is_not_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "thesis"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("my work")
+    code, err = run_cli(
+        capsys, "train", "--config", config_file(tmp_path), "--run-dir", folder, "--overwrite"
+    )
+    assert code == 1
+    assert one_line(err) == (
+        f"trinity train: error: run directory {folder} holds files but no config.yaml: it does not look like "
+        "a trinity run, so --overwrite will not delete them; choose another --run-dir"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.tex"]
+    assert (folder / "thesis.tex").read_text() == "my work"
+
+
+def test_overwrite_of_a_run_removes_only_what_a_run_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, run = config_file(tmp_path), tmp_path / "run"
+    assert run_cli(capsys, "train", "--config", config, "--run-dir", run)[0] == 0
+    (run / "notes.txt").write_text("keep me")
+    code, err = run_cli(capsys, "train", "--config", config, "--run-dir", run, "--overwrite")
+    assert code == 0, err
+    assert (run / "notes.txt").read_text() == "keep me"
+    assert (run / "summary.json").is_file()

@@ -24,6 +24,8 @@ from test_train_distributed import free_port, launch_failure
 
 from trinity_core.cli.main import main
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 
 def files_of(run: Path) -> dict[str, str]:
     """sha256 of every file a resume could change (checkpoints, metrics, config)."""
@@ -147,7 +149,7 @@ def test_a_checkpoint_of_another_mixed_precision_is_refused_and_kept(
 
 def _write_legacy_checkpoint(trainer: Any, step: int) -> None:
     """The checkpoint layout before Accelerate's ``save_state``, as trinity-core wrote it, for ``trainer``."""
-    from trinity_core.train import checkpoint as ckpt
+    from trinity_core.train.checkpoints import commit as ckpt
 
     root = trainer.run_dir / "checkpoints"
     tmp = ckpt.begin(root, step)
@@ -181,7 +183,7 @@ def _write_legacy_checkpoint(trainer: Any, step: int) -> None:
 def test_a_checkpoint_of_the_layout_before_accelerate_still_resumes(tmp_path: Path) -> None:
     from trinity_core.config import resolve_config
     from trinity_core.train import train
-    from trinity_core.train.loop import Trainer
+    from trinity_core.train.modes.runner import Runner
     from trinity_core.train.run import make_accelerator
 
     register_length_reward()
@@ -191,7 +193,7 @@ def test_a_checkpoint_of_the_layout_before_accelerate_still_resumes(tmp_path: Pa
     train(config, overrides=["trainer.total_steps=2"], run_dir=run)
     # The state of step 2, restored from the new layout, written again in the old one in its place.
     resolved = resolve_config(yaml.safe_load((run / "config.yaml").read_text()))
-    trainer = Trainer(resolved, run, accelerator=make_accelerator(resolved, run), resume=True)
+    trainer = Runner(resolved, run, accelerator=make_accelerator(resolved, run), resume=True)
     trainer.event_loop.close()
     for path in (run / "checkpoints").glob("step-*"):
         shutil.rmtree(path)

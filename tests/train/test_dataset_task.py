@@ -19,7 +19,7 @@ from rollout_support import TINY_MODEL
 
 from trinity_core import registry
 from trinity_core.cli.main import main
-from trinity_core.train.dataset_task import DatasetTask, TaskDataError
+from trinity_core.train.data.dataset_task import DatasetTask, TaskDataError
 
 ROWS = [{"question": f"What is {i} plus {i}?", "answer": f"#### {2 * i}", "level": i % 3} for i in range(10)]
 

@@ -26,8 +26,8 @@ from trinity_core.config.capabilities import check_capabilities
 from trinity_core.eid import EID
 from trinity_core.experience import Experience
 from trinity_core.train import train
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.teacher import write_answer_experiences
+from trinity_core.train.data.pairs import write_answer_experiences
+from trinity_core.train.models.policy import build_char_tokenizer
 
 PRESETS = sorted(registry.get_registry().names("algorithm"))
 HAS_CRITIC = "critic_path" in ModelConfig.model_fields  # the critic of issue 14 (another branch)
@@ -127,12 +127,14 @@ def test_preset_trains_two_steps_or_is_refused_with_the_key_that_supplies_its_ne
         assert "\n" not in str(problem)
         sections.update(supply(problem.path, preset, parts))
     if problems:
-        # The same refusal from the CLI (one line per problem) and from trinity train, which writes nothing.
+        # The same refusal from the CLI and from trinity train, which writes nothing.
         path = tmp_path / "bare.yaml"
         path.write_text(yaml.safe_dump(bare))
         assert main(["config", "validate", str(path)]) == 1
         err = capsys.readouterr().err
-        assert all(f"  - {p.path}: " in err for p in problems)
+        # One problem is one line; several are listed, one per line.
+        assert all(f"{p.path}: " in err for p in problems), err
+        assert len(err.strip().splitlines()) == (1 if len(problems) == 1 else len(problems) + 1), err
         with pytest.raises(ConfigError):
             train(bare, run_dir=tmp_path / "refused")
         assert not (tmp_path / "refused").exists()

@@ -23,10 +23,13 @@ from safetensors.torch import load_file
 from trinity_core.buffer import make_buffer
 from trinity_core.config import ConfigError, resolve_config
 from trinity_core.train import train
-from trinity_core.train.async_explorer import build_explorer
-from trinity_core.train.async_mode import ExplorerFailed, _death, check_explorer_process
-from trinity_core.train.model import load_policy, prepare_policy
-from trinity_core.train.step_gate import StepGate
+from trinity_core.train.models.policy import load_policy, prepare_policy
+from trinity_core.train.modes.async_mode import ExplorerFailed
+from trinity_core.train.modes.explorer_process import build_explorer
+from trinity_core.train.modes.explorers import death_message
+from trinity_core.train.modes.step_gate import StepGate
+
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
 
 CONFIG: dict[str, Any] = {
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},
@@ -224,28 +227,10 @@ def test_a_resumed_run_restarts_the_explorer_process_at_its_step(tmp_path: Path)
     assert not multiprocessing.active_children()
 
 
-@pytest.mark.parametrize(
-    ("mode", "sync", "key"),
-    [
-        ("async", {"sync_offset": 1}, "mode"),
-        ("both", {"sync_offset": 1, "explorer_process": True}, "synchronizer.explorer_process"),
-    ],
-)
-def test_an_explorer_process_serves_one_learner_process(mode: str, sync: dict[str, Any], key: str) -> None:
-    config = _with(**sync)
-    config["mode"] = mode
-    resolved = resolve_config(config)
-    check_explorer_process(resolved, 1)  # one learner process: fine
-    with pytest.raises(ConfigError) as caught:
-        check_explorer_process(resolved, 2)
-    assert f"{key}: an explorer process serves one learner process; this launch has 2" in str(caught.value)
-    assert "with the explorer in a thread for several" in str(caught.value)
-
-
 def test_an_explorer_that_dies_before_its_code_runs_points_at_the_main_guard() -> None:
     ctx = multiprocessing.get_context("spawn")
     spec = SimpleNamespace(errors=ctx.Queue())  # no traceback was sent
     process = SimpleNamespace(pid=4242, exitcode=1, join=lambda timeout: None)
-    message = _death(spec, process, step=0)  # type: ignore[arg-type]
+    message = death_message("the explorer process (pid 4242)", spec, process, step=0)
     assert message.startswith("the explorer process (pid 4242) ended before learner step 1 with exit code 1")
     assert 'guard its top level with `if __name__ == "__main__":`' in message

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from trinity_core.cli.main import main
+from trinity_core.lm.sampling import encode_prompts, generate
 from trinity_core.train import train
 from trinity_core.train.export import load_checkpoint_policy, save_policy
-from trinity_core.train.rollout import encode_prompts, generate
 
 PROMPTS = ["7+8=", "0+0=", "9+9=", "3+4="]
 

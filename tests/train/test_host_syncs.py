@@ -1,4 +1,4 @@
-"""The loss and advantage path reads no tensor value on the host (``trinity_core.train.syncs``).
+"""The loss and advantage path reads no tensor value on the host (``trinity_core.testing.host_syncs``).
 
 On CPU nothing synchronises, but the usual ways a sync creeps in (``item``, ``tolist``, ``bool()``,
 ``float()``) are refused inside the guarded methods, so that a regression fails here before a GPU run
@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from trinity_core.train.sync_check import strict_step
-from trinity_core.train.syncs import HOST_READS, HostSyncError, strict_loss_path
+from trinity_core.testing.host_syncs import HOST_READS, HostSyncError, strict_loss_path, strict_step
 
 
 def one_step(algorithm: str) -> tuple[list[str], dict[str, Any]]:

@@ -133,8 +133,8 @@ def test_the_section_runs_as_written(
         exec(compile(blocks["python"][0], "docs/training.md", "exec"), namespace)
     assert printed.getvalue().endswith("\n")  # the answer, whatever two steps taught the tiny model
     # The block feeds the exported model what the trainer fed it: the chat-templated prompt.
-    from trinity_core.train.prompts import PromptRenderer
-    from trinity_core.train.rollout import encode_prompts
+    from trinity_core.lm.sampling import encode_prompts
+    from trinity_core.train.data.prompts import PromptRenderer
 
     tokenizer, messages = namespace["tokenizer"], namespace["messages"]
     texts = PromptRenderer(tokenizer, templated=True).texts([{"prompt": "", "prompt_messages": messages}])
@@ -154,7 +154,7 @@ def test_the_reward_function_blocks_work_in_the_form_the_dataset_gives(
     import datasets
 
     from trinity_core import registry
-    from trinity_core.train.rewards import combine_rewards, prompt_conversations, required_fields
+    from trinity_core.train.data.rewards import combine_rewards, prompt_conversations, required_fields
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
     blocks = section_blocks()

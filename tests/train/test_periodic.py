@@ -12,7 +12,8 @@ from rollout_support import TINY_MODEL
 from safetensors.torch import load_file
 
 from trinity_core.cli.main import main
-from trinity_core.train import periodic, train
+from trinity_core.train import train
+from trinity_core.train.modes import periodic
 
 TIMINGS = ("eval/", "time/", "throughput/", "explorer/idle", "learner/idle")
 

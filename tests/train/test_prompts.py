@@ -12,9 +12,14 @@ from rollout_support import TINY_MODEL, random_rollout
 from trinity_core.buffer.disk import DiskReader
 from trinity_core.cli.main import main
 from trinity_core.train import train
-from trinity_core.train.experiences import rollout_batch, rollout_experiences
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.prompts import PromptRenderer, PromptRenderError, build_prompter, use_chat_template
+from trinity_core.train.data.prompts import (
+    PromptRenderer,
+    PromptRenderError,
+    build_prompter,
+    use_chat_template,
+)
+from trinity_core.train.explorer.experiences import rollout_batch, rollout_experiences
+from trinity_core.train.models.policy import build_char_tokenizer
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -89,8 +89,8 @@ def test_training_raises_the_held_out_reward_and_the_export_reproduces_it(
 def test_the_export_answers_a_user_as_it_answered_the_trainer(stack: dict[str, Path]) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trinity_core.train.prompts import PromptRenderer
-    from trinity_core.train.rollout import encode_prompts, generate
+    from trinity_core.lm.sampling import encode_prompts, generate
+    from trinity_core.train.data.prompts import PromptRenderer
 
     folder = stack["root"] / "run" / "model"
     if not folder.is_dir():

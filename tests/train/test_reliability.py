@@ -203,7 +203,7 @@ def test_a_metrics_hook_that_raises_is_one_line(
         pm.unregister(name="raising-observer")
     assert code == 1
     assert one_line(err) == (
-        "trinity: error: trinity_on_metrics of plugin 'raising-observer' raised after step 1: "
+        "trinity train: error: trinity_on_metrics of plugin 'raising-observer' after step 1 raised "
         "KeyError('reward/mean'); fix or uninstall the plugin, then resume: checkpoint step-000001 is "
         f"intact: continue with trinity train --resume {tmp_path / 'run'}"
     )
@@ -334,7 +334,7 @@ def test_bad_reward_functions_are_one_line(
     message: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from trinity_core.train import rewards
+    from trinity_core.train.data import rewards
 
     seen: dict[str, Any] = {}
     real = rewards.combine_rewards
@@ -351,7 +351,7 @@ def test_bad_reward_functions_are_one_line(
         seen.update(p=prompts[0], c=completions[0])
         return real(fns, weights, names, prompts, completions, fields, **kwargs)
 
-    monkeypatch.setattr("trinity_core.train.explorer.combine_rewards", spy)
+    monkeypatch.setattr("trinity_core.train.explorer.explorer.combine_rewards", spy)
     registry.register("reward_fn", "bad_reward", fn)
     try:
         code, err = cli(
@@ -490,8 +490,10 @@ def test_extending_a_finished_run_continues_from_its_last_checkpoint(
             ["--set", "trainer.lr=0.1"],
             "trinity: error: trainer.lr: a resumed run keeps its saved config.yaml: changing this key would "
             "change the run already trained; on --resume, --set accepts only trainer.total_steps, "
-            "trainer.checkpoint_every, trainer.keep_checkpoints, trainer.progress, trainer.threads, "
-            "synchronizer.explorer_threads, synchronizer.learner_threads, synchronizer.explorer_process",
+            "trainer.checkpoint_every, trainer.keep_checkpoints, trainer.progress, trainer.progress_metrics, "
+            "trainer.threads, "
+            "synchronizer.explorer_threads, synchronizer.learner_threads, synchronizer.explorer_process, "
+            "synchronizer.explorer_restarts",
         ),
     ],
     ids=["run-dir", "set-lr"],
@@ -508,7 +510,7 @@ def test_resume_refuses_what_it_would_ignore_or_change(
 
 
 def test_debug_shows_the_traceback(cli: Callable[..., tuple[int, str]], run_copy: Path) -> None:
-    from trinity_core.train.checkpoint import CheckpointError
+    from trinity_core.train.checkpoints.commit import CheckpointError
 
     shutil.rmtree(run_copy / "checkpoints")
     code, err = cli("--resume", run_copy)
@@ -518,6 +520,157 @@ def test_debug_shows_the_traceback(cli: Callable[..., tuple[int, str]], run_copy
         main(["train", "--resume", str(run_copy), "--debug"])
 
 
+# ------------------------------------------------------------------------------------- damaged run dirs
+
+
+@pytest.mark.parametrize(
+    ("damage", "cause"),
+    [
+        (lambda p: p.write_bytes(b"\xff\xfe step"), "UnicodeDecodeError"),
+        (lambda p: (p.unlink(), p.mkdir()), "IsADirectoryError"),
+    ],
+    ids=["not-utf8", "a-directory"],
+)
+def test_an_unreadable_latest_pointer_falls_back_to_the_newest_intact_checkpoint(
+    cli: Callable[..., tuple[int, str]], run_copy: Path, damage: Callable[[Path], Any], cause: str
+) -> None:
+    pointer = run_copy / "checkpoints" / "latest"
+    damage(pointer)
+    code, err = cli("--resume", run_copy, "--set", "trainer.total_steps=3")
+    assert code == 0, err
+    assert one_line(err) == (
+        f"trinity train: warning: {pointer} is unreadable ({cause}); resuming from the newest intact "
+        "checkpoint"
+    )
+    assert metric_steps(run_copy) == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        ({"model.safetensors": 5}, "the record of model.safetensors is a int"),
+        (
+            {"model.safetensors": {"size": "5", "sha256": "x"}},
+            "the record of model.safetensors has no integer",
+        ),
+        ([1, 2], "'files' is a list, not an object"),
+    ],
+    ids=["a-number", "size-as-text", "a-list"],
+)
+def test_a_malformed_manifest_is_a_damaged_checkpoint(
+    cli: Callable[..., tuple[int, str]], run_copy: Path, finished_run: Path, files: Any, problem: str
+) -> None:
+    step2 = run_copy / "checkpoints" / "step-000002"
+    (step2 / "manifest.json").write_text(json.dumps({"files": files}))
+    code, err = cli("--resume", run_copy)
+    assert code == 0, err
+    line = one_line(err)
+    assert line.startswith(
+        f"trinity train: warning: checkpoint {step2} is damaged: manifest.json is malformed"
+    )
+    assert problem in line
+    assert line.endswith("; resuming from step-000001 instead")
+    assert_same_weights(weights(run_copy, 2), weights(finished_run, 2))
+
+
+@pytest.mark.parametrize(
+    "row", ['{"reward/mean": 0.5}', "[1, 2, 3]", '{"step": "two"}'], ids=["no-step", "a-list", "step-text"]
+)
+def test_a_metrics_row_that_is_not_a_row_is_one_line_and_nothing_is_lost(
+    cli: Callable[..., tuple[int, str]], run_copy: Path, row: str
+) -> None:
+    metrics = run_copy / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join([lines[0], row, *lines[1:]]) + "\n")
+    before = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file() and p.name != ".lock"}
+    code, err = cli("--resume", run_copy, "--set", "trainer.total_steps=3")
+    assert code == 1
+    assert one_line(err) == (
+        f"trinity train: error: {metrics}: line 2 is not a metrics row (a JSON object with a numeric "
+        "'step'); delete the line (or the file) and resume again"
+    )
+    after = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before
+
+
+def test_a_manifest_less_checkpoint_that_does_not_load_falls_back(
+    cli: Callable[..., tuple[int, str]], run_copy: Path, finished_run: Path
+) -> None:
+    step2 = run_copy / "checkpoints" / "step-000002"
+    (step2 / "manifest.json").unlink()  # written before manifests: only its files' presence is checked
+    optimizer = step2 / "optimizer.bin"
+    optimizer.write_bytes(optimizer.read_bytes()[:200])
+    code, err = cli("--resume", run_copy)
+    assert code == 0, err
+    lines = err.strip().splitlines()
+    assert lines[0] == (
+        f"trinity train: warning: checkpoint {step2} has no manifest.json (written by an older "
+        "trinity-core): not verified"
+    )
+    assert lines[-1].startswith(
+        f"trinity train: warning: checkpoint {step2} (no manifest.json) does not load"
+    )
+    assert lines[-1].endswith("; resumed from step-000001 instead")
+    assert metric_steps(run_copy) == [1.0, 2.0]
+    assert_same_weights(weights(run_copy, 2), weights(finished_run, 2))
+
+
+def test_a_run_killed_after_its_last_checkpoint_is_ended_by_resume(
+    cli: Callable[..., tuple[int, str]], run_copy: Path, finished_run: Path
+) -> None:
+    for name in ("summary.json", "plot.png"):
+        (run_copy / name).unlink(missing_ok=True)
+    shutil.rmtree(run_copy / "model")
+    metrics = (run_copy / "metrics.jsonl").read_bytes()
+    code, err = cli("--resume", run_copy)
+    assert code == 0, err
+    assert err == ""
+    summary = json.loads((run_copy / "summary.json").read_text())
+    assert summary["steps"] == 2
+    assert summary["reward_curve"] == json.loads((finished_run / "summary.json").read_text())["reward_curve"]
+    assert (run_copy / "model" / "config.json").is_file()
+    assert (run_copy / "metrics.jsonl").read_bytes() == metrics  # no step was trained again
+    assert_same_weights(load_file(str(run_copy / "model" / "model.safetensors")), weights(finished_run, 2))
+    # Now it has ended: a second resume has nothing to do.
+    code, err = cli("--resume", run_copy)
+    assert code == 0
+    assert "nothing to do" in one_line(err)
+
+
+def test_a_checkpoint_of_tied_weights_logs_no_note(
+    cli: Callable[..., tuple[int, str]], run_copy: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    code, err = cli("--resume", run_copy, "--set", "trainer.total_steps=3")
+    assert code == 0, err
+    assert (run_copy / "checkpoints" / "step-000003").is_dir()
+    assert not [r for r in caplog.records if "Removed shared tensor" in r.getMessage()]
+
+
+def test_non_finite_weights_are_never_checkpointed(run_copy: Path, tmp_path: Path) -> None:
+    from trinity_core.config import resolve_config
+    from trinity_core.train.checkpoints.commit import CheckpointError
+    from trinity_core.train.modes.runner import Runner
+    from trinity_core.train.run import make_accelerator
+
+    config = resolve_config(yaml.safe_load((run_copy / "config.yaml").read_text()))
+    runner = Runner(config, run_copy, accelerator=make_accelerator(config, run_copy), resume=True)
+    try:
+        with torch.no_grad():
+            next(iter(runner.learner.policy.parameters())).view(-1)[0] = math.nan
+        with pytest.raises(CheckpointError) as caught:
+            runner.save_checkpoint(3)
+    finally:
+        runner.event_loop.close()
+    assert "\n" not in str(caught.value)
+    assert str(caught.value).startswith("step 3: the policy has 1 non-finite weight tensor(s) (")
+    assert f"The last good checkpoint is step-000002 (trinity train --resume {run_copy})" in str(caught.value)
+    assert sorted(p.name for p in (run_copy / "checkpoints").iterdir()) == [
+        "latest",
+        "step-000001",
+        "step-000002",
+    ]
+
+
 # ------------------------------------------------------------------------------------- RNG restore
 
 
@@ -525,18 +678,18 @@ def _drawn_after_resume(run: Path, tmp_path: Path, draw: Callable[[Any], Any]) -
     """What ``draw(trainer)`` gives right after the checkpoint of step 1 is saved, and right after it is
     restored in a fresh trainer."""
     from trinity_core.config import resolve_config
-    from trinity_core.train.loop import Trainer
+    from trinity_core.train.modes.runner import Runner
     from trinity_core.train.run import make_accelerator
 
     config = resolve_config(yaml.safe_load((run / "config.yaml").read_text()))
     acc = make_accelerator(config, run)
-    fresh = Trainer(config, tmp_path / "fresh", accelerator=acc)
+    fresh = Runner(config, tmp_path / "fresh", accelerator=acc)
     fresh.step(0)
     fresh.run_dir.mkdir()
     fresh.save_checkpoint(1)
     expected = draw(fresh)
     fresh.event_loop.close()
-    resumed = Trainer(config, fresh.run_dir, accelerator=acc, resume=True)
+    resumed = Runner(config, fresh.run_dir, accelerator=acc, resume=True)
     resumed.event_loop.close()
     return draw(resumed), expected
 

@@ -22,6 +22,8 @@ from safetensors.torch import load_file
 
 from trinity_core.cli.main import main
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 DRIVER = Path(__file__).with_name("reliability_driver.py")
 CONFIG = {
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},

@@ -18,10 +18,11 @@ from trinity_core.cli.main import main
 from trinity_core.config import resolve_config
 from trinity_core.eid import EID
 from trinity_core.experience import Experience
+from trinity_core.lm.sampling import Rollout
 from trinity_core.train import train
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.plot import plot_figure
-from trinity_core.train.reporting import (
+from trinity_core.train.models.policy import build_char_tokenizer
+from trinity_core.train.report.plot import plot_figure
+from trinity_core.train.report.reporting import (
     SampleLog,
     StepRate,
     format_figures,
@@ -30,7 +31,6 @@ from trinity_core.train.reporting import (
     rl_figures,
     run_summary,
 )
-from trinity_core.train.rollout import Rollout
 
 CONFIG: dict[str, Any] = {
     "trainer": {"total_steps": 4, "checkpoint_every": 0, "progress": False, "threads": 1},
@@ -219,6 +219,18 @@ def test_the_cli_summary_and_log_lines_say_what_rl_did(
     assert "] last 10 steps: reward " in captured.err  # the logger's INFO line, shown with --debug
     assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "quiet")]) == 0
     assert capsys.readouterr().err == ""  # without --debug stderr holds only warnings and errors
+
+
+def test_progress_metrics_add_their_keys_to_the_line_and_the_summary(tmp_path: Path) -> None:
+    figures = rl_figures({"reward/mean": 1.0, "actor/unmasked_frac": 0.5}, ["actor/unmasked_frac"])
+    assert format_figures(figures) == "reward 1.000 | actor/unmasked_frac 0.5"
+    assert rl_figures({"reward/mean": 1.0, "x": math.nan}, ["x", "absent"]) == {"reward": 1.0}
+    history = [{"reward/mean": 1.0, "actor/pg_loss": v, "time/step_s": 0.5} for v in (1.0, 2.0, 3.0)]
+    assert run_summary(history, window=2, extra=["actor/pg_loss"])["actor/pg_loss"] == pytest.approx(2.5)
+    config = {**CONFIG, "trainer": {**CONFIG["trainer"], "progress_metrics": ["actor/pg_loss"]}}
+    result = train(config, run_dir=tmp_path / "run")
+    last = result.history[-4:]
+    assert result.summary["actor/pg_loss"] == pytest.approx(sum(r["actor/pg_loss"] for r in last) / 4)
 
 
 def test_the_plot_is_titled_and_has_reward_length_and_entropy_panels() -> None:

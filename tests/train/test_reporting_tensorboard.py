@@ -10,7 +10,7 @@ import pytest
 from rollout_support import TINY_MODEL
 
 from trinity_core.train import train
-from trinity_core.train.reporting import markdown_table
+from trinity_core.train.report.reporting import markdown_table
 
 pytest.importorskip("tensorboard", reason="needs tensorboard (Accelerate's tensorboard tracker)")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trinity_core.train import exact_match
-from trinity_core.train.rewards import combine_rewards, required_fields
+from trinity_core.train.data.rewards import combine_rewards, required_fields
 
 
 def trl_style(completions: list[str], **kwargs: Any) -> list[float]:

@@ -19,7 +19,12 @@ from rollout_support import TINY_MODEL
 from trinity_core import registry
 from trinity_core.cli.main import main
 from trinity_core.train import exact_match
-from trinity_core.train.rewards import RewardError, combine_rewards, completion_text, prompt_conversations
+from trinity_core.train.data.rewards import (
+    RewardError,
+    combine_rewards,
+    completion_text,
+    prompt_conversations,
+)
 
 CONVERSATION = [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+2="}]
 SEEN: dict[str, list[Any]] = {}

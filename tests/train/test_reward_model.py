@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from trinity_core.train.model import ModelLoadError, build_char_tokenizer
-from trinity_core.train.reward_model import RewardModel
-from trinity_core.train.rewards import combine_rewards, load_reward_fns
+from trinity_core.train.data.reward_model import RewardModel
+from trinity_core.train.data.rewards import combine_rewards, load_reward_fns
+from trinity_core.train.models.policy import ModelLoadError, build_char_tokenizer
 
 TEMPLATE = "{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }};{% endfor %}"
 

@@ -1,4 +1,4 @@
-"""Shared prompts (``trinity_core.train.shared_prompt``): the log-probs, entropies and gradients of rows
+"""Shared prompts (``trinity_core.lm.shared_prompt``): the log-probs, entropies and gradients of rows
 that repeat a prompt, with that prompt run once, equal the plain pass over every row, for random group
 sizes, prompt and response lengths (left-padded prompts, right-padded responses); and the plain pass is
 taken wherever sharing cannot apply."""
@@ -12,9 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trinity_core.train.model import tiny_model
-from trinity_core.train.shared_prompt import prompt_groups, shared_prompt_logits
-from trinity_core.train.update import response_logprobs
+from trinity_core.lm.shared_prompt import prompt_groups, shared_prompt_logits
+from trinity_core.train.learner.logprobs import response_logprobs
+from trinity_core.train.models.policy import tiny_model
 
 V, PAD = 30, 0
 
@@ -105,7 +105,7 @@ def test_plain_pass_where_sharing_does_not_apply() -> None:
 
 def test_lora_policy_and_its_adapter_free_reference_share_prompts() -> None:
     peft = pytest.importorskip("peft")
-    from trinity_core.train.lora import AdapterDisabled
+    from trinity_core.train.models.lora import AdapterDisabled
 
     model = peft.get_peft_model(
         tiny_model(V, seed=0),
@@ -124,8 +124,8 @@ def test_lora_policy_and_its_adapter_free_reference_share_prompts() -> None:
 
 @pytest.mark.parametrize("greedy", [False, True])
 def test_generation_from_a_shared_prefill_samples_the_same_tokens(greedy: bool) -> None:
-    from trinity_core.train.model import build_char_tokenizer
-    from trinity_core.train.rollout import encode_prompts, sample_padded
+    from trinity_core.lm.sampling import encode_prompts, sample_padded
+    from trinity_core.train.models.policy import build_char_tokenizer
 
     tok = build_char_tokenizer("abcdef+=")
     model = tiny_model(len(tok), seed=0)
@@ -143,7 +143,7 @@ def test_generation_from_a_shared_prefill_samples_the_same_tokens(greedy: bool) 
 
 
 def test_no_shared_prefill_where_generate_builds_its_own_cache() -> None:
-    from trinity_core.train.shared_prompt import prefill_shared_prompts
+    from trinity_core.lm.shared_prompt import prefill_shared_prompts
 
     model = tiny_model(V, seed=0)
     ids, mask = torch.randint(3, V, (2, 4)), torch.ones(2, 4, dtype=torch.bool)

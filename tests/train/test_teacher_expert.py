@@ -24,9 +24,9 @@ from trinity_core.config.capabilities import check_capabilities, missing_capabil
 from trinity_core.eid import EID
 from trinity_core.experience import Experience
 from trinity_core.train import train
-from trinity_core.train.expert import ExpertData, expert_ratio, load_expert_data
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.teacher import write_answer_experiences
+from trinity_core.train.data.pairs import write_answer_experiences
+from trinity_core.train.learner.expert import ExpertData, expert_ratio, load_expert_data
+from trinity_core.train.models.policy import build_char_tokenizer
 
 # ------------------------------------------------------------------------------------- expert rows
 
@@ -162,8 +162,8 @@ def test_validate_and_train_refuse_before_the_run_dir(test_losses: None, tmp_pat
     path.write_text(yaml.safe_dump(config))
 
     assert main(["config", "validate", str(path)]) == 1
-    assert (
-        "  - model.critic_path: entropy_loss_fn 'needs_values_test' needs a critic" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(
+        "trinity: invalid config: model.critic_path: entropy_loss_fn 'needs_values_test' needs a critic"
     )
     with pytest.raises(ConfigError, match=r"model\.critic_path"):
         train(config, run_dir=tmp_path / "run")

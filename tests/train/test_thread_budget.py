@@ -1,4 +1,4 @@
-"""Thread budgets of the explorer and the learner while they overlap (``trinity_core.train.threads``)."""
+"""Thread budgets of the explorer and the learner while they overlap (modes/threads.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from trinity_core.config import resolve_config
-from trinity_core.train.synchronizer import InlineExecutor
-from trinity_core.train.threads import ThreadBudget, child_environment, explorer_pool, thread_budget
+from trinity_core.train.modes.synchronizer import InlineExecutor
+from trinity_core.train.modes.threads import ThreadBudget, child_environment, explorer_pool, thread_budget
 
 
 def _config(**sections: Any) -> Any:

@@ -17,13 +17,13 @@ from rollout_support import TINY_MODEL
 
 from trinity_core import registry
 from trinity_core.config import ConfigError, resolve_config
+from trinity_core.lm.sampling import generate
 from trinity_core.registry import create
 from trinity_core.train import DEFAULT_CONFIG, apply_overrides, exact_match, train
-from trinity_core.train import checkpoint as ckpt
-from trinity_core.train.loop import LaunchError
-from trinity_core.train.model import ModelLoadError, build_char_tokenizer, tiny_model
-from trinity_core.train.rewards import combine_rewards, required_fields
-from trinity_core.train.rollout import generate
+from trinity_core.train.checkpoints import commit as ckpt
+from trinity_core.train.data.rewards import combine_rewards, required_fields
+from trinity_core.train.models.policy import ModelLoadError, build_char_tokenizer, tiny_model
+from trinity_core.train.report.result import LaunchError
 from trinity_core.train.run import RunDirError, check_launch
 
 TINY = {

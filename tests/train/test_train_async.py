@@ -14,6 +14,8 @@ from rollout_support import TINY_MODEL
 
 from trinity_core.train import train
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 CONFIG: dict[str, Any] = {
     "mode": "async",
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},

@@ -25,10 +25,9 @@ from trinity_core.buffer import make_buffer
 from trinity_core.experience import Experience
 from trinity_core.hooks import get_plugin_manager
 from trinity_core.hookspecs import hookimpl
-from trinity_core.train import explorer as train_explorer
 from trinity_core.train import train
-from trinity_core.train.columnar import columnar_levels, pipeline_advantage_on_batch
-from trinity_core.train.experiences import rollout_batch, rollout_experiences
+from trinity_core.train.explorer.columnar import columnar_levels, pipeline_advantage_on_batch
+from trinity_core.train.explorer.experiences import rollout_batch, rollout_experiences
 
 TIMINGS = ("time/", "throughput/", "explorer/idle_fraction", "learner/idle_fraction")
 """Metrics measured in seconds: they differ between two runs of the same steps."""
@@ -213,16 +212,16 @@ def test_training_is_the_same_on_the_columnar_and_the_per_experience_path(
 ) -> None:
     config = copy.deepcopy(TINY)
     config["algorithm"]["algorithm_type"] = preset
-    calls = {"rollout_experiences": 0}
-    original = train_explorer.rollout_experiences
+    made = {"steps": 0}
+    original = LazyExperiences.materialize
 
-    def counted(*args: Any, **kwargs: Any) -> list[Experience]:
-        calls["rollout_experiences"] += 1
-        return original(*args, **kwargs)
+    def counted(self: LazyExperiences[Any]) -> list[Experience]:
+        made["steps"] += not self.materialized
+        return original(self)
 
-    monkeypatch.setattr(train_explorer, "rollout_experiences", counted)
+    monkeypatch.setattr(LazyExperiences, "materialize", counted)
     columnar, columnar_params = _run(tmp_path, "columnar", config)
-    assert calls["rollout_experiences"] == 0  # every step took the columnar path
+    assert made["steps"] == 0  # no step made its Experience objects: the columns went to the update
 
     pm = get_plugin_manager()
     stage = types.SimpleNamespace(trinity_process_experiences=hookimpl(lambda experiences, step: None))
@@ -231,7 +230,7 @@ def test_training_is_the_same_on_the_columnar_and_the_per_experience_path(
         listed, listed_params = _run(tmp_path, "listed", config)
     finally:
         pm.unregister(name="columnar-test-noop")
-    assert calls["rollout_experiences"] == 3  # the hook forced the per-experience path
+    assert made["steps"] == 3  # the hook read the Experience objects: each step made them, once
 
     assert len(columnar.history) == len(listed.history) == 3
     for a, b in zip(columnar.history, listed.history, strict=True):

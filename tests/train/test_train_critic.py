@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from trinity_core.cli.main import main
 from trinity_core.config import ConfigError, resolve_config
 from trinity_core.train import train
-from trinity_core.train.critic import critic_model, explained_variance, response_values
-from trinity_core.train.model import tiny_model
+from trinity_core.train.learner.critic import critic_model, explained_variance, response_values
+from trinity_core.train.models.policy import tiny_model
 
 SMALL = {
     "hidden_size": 64,
@@ -146,8 +146,8 @@ def test_critic_update_does_not_depend_on_micro_batches(mode: str) -> None:
     from accelerate import Accelerator
 
     from trinity_core import registry
-    from trinity_core.train.critic import Critic
-    from trinity_core.train.profile import StepProfiler
+    from trinity_core.train.learner.critic import Critic
+    from trinity_core.train.report.profile import StepProfiler
 
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 16, (6, 9), generator=gen)

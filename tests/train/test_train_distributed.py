@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,33 @@ import torch
 import train_dist_worker as worker
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def launch(
+    command: Callable[[int], list[str]], env: dict[str, str], timeout: int = 600, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a multi-process launch ``command(port)`` on a free port; a launch whose port was taken between
+    choosing it and binding it (another test's launch, running beside this one) is retried on a new port."""
+    for _attempt in range(3):
+        proc = subprocess.run(
+            command(free_port()),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=cwd,
+        )
+        if proc.returncode == 0 or "address already in use" not in proc.stderr.lower():
+            return proc
+    return proc
 
 
 def launch_failure(stderr: str) -> str:

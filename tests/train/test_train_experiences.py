@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from rollout_support import ROLLOUT_CASES, assert_same_experience, random_rollout
 
 from trinity_core.experience import EID, Experience
-from trinity_core.train.experiences import rollout_experiences
-from trinity_core.train.rollout import Rollout
+from trinity_core.lm.sampling import Rollout
+from trinity_core.train.explorer.experiences import rollout_experiences
 
 
 def _by_constructor(

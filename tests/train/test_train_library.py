@@ -13,11 +13,10 @@ import torch
 from rollout_support import TINY_MODEL
 
 from trinity_core.cli.main import main
+from trinity_core.lm.sampling import Rollout, decode_completions, encode_prompts
 from trinity_core.train import train
-from trinity_core.train.explorer import Explorer
-from trinity_core.train.loop import lr_scheduler
-from trinity_core.train.model import build_char_tokenizer
-from trinity_core.train.rollout import Rollout, encode_prompts
+from trinity_core.train.learner.optimizer import lr_scheduler
+from trinity_core.train.models.policy import build_char_tokenizer
 
 
 def _factor(kind: str, s: int, warmup: int, total: int) -> float:
@@ -73,8 +72,7 @@ def test_decode_spells_the_response_before_eos_once_per_distinct_row() -> None:
         calls.append(batch)
         return list(tok.batch_decode(batch))
 
-    trainer = SimpleNamespace(tokenizer=SimpleNamespace(batch_decode=batch_decode))
-    texts, ids = Explorer.decode(trainer, rollout)  # type: ignore[arg-type]
+    texts, ids = decode_completions(SimpleNamespace(batch_decode=batch_decode), rollout)
     assert texts == ["5", "5", "757", "<pad>", "5"]
     assert ids == [(five,), (five,), (seven, five, seven), (pad,), (five,)]  # before EOS, for reward fns
     assert calls == [[[five], [seven, five, seven], [pad]]]

@@ -48,14 +48,31 @@ CONFIG: dict[str, Any] = {
 # explorer and learner, then re-recorded once when the update changed its arithmetic (log-probs as
 # z_y - logsumexp(z) over the response positions only, fused AdamW: differences of ~1e-9 from rounding):
 # (reward/mean, actor/loss, actor/grad_norm) per step, and the sha256 of the final weights (names sorted,
-# raw bytes). Lock step must reproduce them bit for bit.
-GOLDEN_STEPS = [
-    (0.3671875, -0.0040351636707782745, 1.0059266537427902),
-    (0.40625, -0.005206800997257233, 1.1999432146549225),
-    (0.3359375, -0.003848819062113762, 1.2412422001361847),
-    (0.28125, -0.0010649263858795166, 0.5768377780914307),
+# raw bytes). The learner then read log-probs of softmax(logits); run that way (no sampling
+# distribution), lock step must still reproduce them bit for bit: the split into packages changed no
+# arithmetic. The loss values (only they) were re-recorded when the ppo loss's default path became the
+# plain formula under autograd (issue 28): its gradients, hence grad norms and weights, are bit for bit
+# those of the hand-derived kernel before; the reported loss is now one masked float32 sum instead of a
+# sum of row sums, ~1e-6 relative from before.
+PLAIN_GOLDEN_STEPS = [
+    (0.3671875, -0.004035162273794413, 1.0059266537427902),
+    (0.40625, -0.005206802859902382, 1.1999432146549225),
+    (0.3359375, -0.0038488171994686127, 1.2412422001361847),
+    (0.28125, -0.0010649245232343674, 0.5768377780914307),
 ]
-GOLDEN_WEIGHTS = "ecdf76889c003e34c93a8ced6a9ec497dc58bf85e8c4c6505c90d12078ca9eec"
+PLAIN_GOLDEN_WEIGHTS = "ecdf76889c003e34c93a8ced6a9ec497dc58bf85e8c4c6505c90d12078ca9eec"
+
+# The same run as the learner computes it now: log-probs of the distribution sampled from, which here
+# differs only at each response's first token (min_new_tokens = 1 bans end-of-sequence there). Recorded
+# once from this code; lock step must reproduce them bit for bit. The loss values re-recorded as above
+# (issue 28: plain ppo loss; grad norms and weights unchanged).
+GOLDEN_STEPS = [
+    (0.3671875, -0.004038285929709673, 1.006483942270279),
+    (0.40625, -0.0052109574899077415, 1.2007154822349548),
+    (0.3359375, -0.0038604633882641792, 1.242193192243576),
+    (0.28125, -0.0010670009069144726, 0.5772866308689117),
+]
+GOLDEN_WEIGHTS = "5c31b39166959761a9a4c0d28ff7fba9b979da243d1b1c3dfc38e8d07aba4a79"
 
 
 def _with(sync: dict[str, Any] | None = None, **trainer: Any) -> dict[str, Any]:
@@ -90,6 +107,18 @@ def test_lock_step_reproduces_the_trainer_before_the_split(tmp_path: Path) -> No
     assert got == GOLDEN_STEPS
     assert _digest(_weights(tmp_path / "run")) == GOLDEN_WEIGHTS
     assert all(r["staleness/max"] == 0 for r in result.history)
+
+
+def test_lock_step_on_softmax_logits_reproduces_the_trainer_before_the_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trinity_core.train.learner import learner
+
+    monkeypatch.setattr(learner, "sampled_distribution", lambda config, eos: None)
+    result = train(_with({"sync_interval": 1, "sync_offset": 0}), run_dir=tmp_path / "run")
+    got = [(r["reward/mean"], r["actor/loss"], r["actor/grad_norm"]) for r in result.history]
+    assert got == PLAIN_GOLDEN_STEPS
+    assert _digest(_weights(tmp_path / "run")) == PLAIN_GOLDEN_WEIGHTS
 
 
 def test_shared_prompts_follow_the_golden_lock_step_to_rounding(tmp_path: Path) -> None:

@@ -29,10 +29,10 @@ from trinity_core.experience import EID, Experience
 from trinity_core.hf import to_hf_datasets
 from trinity_core.hooks import HookCallError, get_plugin_manager
 from trinity_core.hookspecs import hookimpl
+from trinity_core.lm.sampling import generate
 from trinity_core.train import train
-from trinity_core.train.model import build_char_tokenizer, load_policy
-from trinity_core.train.offline import StoredExperiences, detect_format, read_experiences
-from trinity_core.train.rollout import generate
+from trinity_core.train.data.stored import StoredExperiences, detect_format, read_experiences
+from trinity_core.train.models.policy import build_char_tokenizer, load_policy
 
 TASK: dict[str, Any] = {"name": "copy", "args": {"length": 3, "letters": "abcd"}, "eval_size": 50}
 MODEL: dict[str, Any] = {

@@ -100,3 +100,40 @@ def test_killed_and_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> Non
         rx, ry = json.loads(x), json.loads(y)
         assert rx["reward/mean"] == ry["reward/mean"]
         assert rx["actor/loss"] == pytest.approx(ry["actor/loss"], rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "sync",
+    [{"sync_offset": 1, "sync_interval": 1}, {"sync_offset": 2, "sync_interval": 2}],
+    ids=["offset-1", "offset-2-interval-2"],
+)
+def test_an_explorer_ahead_of_the_learner_resumes_bit_for_bit(tmp_path: Path, sync: dict[str, int]) -> None:
+    """With the explorer in a thread ``sync_offset`` steps ahead, a checkpoint keeps the rollouts made for
+    the next steps and the explorer's weights: the resumed run is the uninterrupted one, bit for bit."""
+    register_length_reward()
+    config = {
+        **CONFIG,
+        "trainer": {**CONFIG["trainer"], "checkpoint_every": 1},
+        "synchronizer": sync,
+    }
+    straight = tmp_path / "straight"
+    train(config, run_dir=straight)
+    killed = tmp_path / "killed"
+    pm = get_plugin_manager()
+    pm.register(CrashAfter(2), name="crash-after-2")
+    try:
+        with pytest.raises(HookCallError, match="crash-after-2"):
+            train(config, run_dir=killed)
+    finally:
+        pm.unregister(name="crash-after-2")
+    assert (killed / "checkpoints" / "step-000002" / "explorer-0.safetensors").is_file()
+    train(resume=killed)
+    a, b = final_weights(straight), final_weights(killed)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=0, msg=name)
+    rows = [
+        [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for run in (straight, killed)
+    ]
+    for key in ("reward/mean", "actor/loss", "staleness/mean"):
+        assert [r[key] for r in rows[0]] == [r[key] for r in rows[1]], key

@@ -15,7 +15,7 @@ from test_train_resume import Crash, CrashAfter
 
 from trinity_core.hooks import HookCallError, get_plugin_manager
 from trinity_core.train import train
-from trinity_core.train.checkpoint import CheckpointError
+from trinity_core.train.checkpoints.commit import CheckpointError
 
 CONFIG: dict[str, Any] = {
     "algorithm": {"algorithm_type": "ppo", "repeat_times": 4},

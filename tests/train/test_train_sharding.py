@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from test_train_distributed import free_port, launch_failure
+from test_train_distributed import launch, launch_failure
+
+pytestmark = pytest.mark.processes  # starts processes: tox env train-processes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "accelerate"
@@ -43,7 +45,7 @@ def test_the_shipped_accelerate_configs_are_valid_for_the_installed_accelerate(
 
 
 def test_a_launch_that_asks_for_sharding_and_runs_ddp_is_a_warning() -> None:
-    from trinity_core.train.sharding import sharding_fallback
+    from trinity_core.train.modes.sharding import sharding_fallback
 
     message = sharding_fallback("MULTI_CPU", {"ACCELERATE_USE_FSDP": "true"})
     assert message is not None
@@ -56,14 +58,17 @@ def test_a_launch_that_asks_for_sharding_and_runs_ddp_is_a_warning() -> None:
 def test_the_fsdp_config_launches_trinity_train_on_two_cpu_processes_as_ddp(tmp_path: Path) -> None:
     run = tmp_path / "run"
     trinity = Path(sys.executable).parent / "trinity"
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(EXAMPLES / "fsdp.yaml"),
-        "--main_process_port", str(free_port()), str(trinity), "train", "--run-dir", str(run),
-        "--set", "trainer.total_steps=1", "--set", "trainer.progress=false", "--set", "tasks.eval_size=0",
-        "--set", "trainer.threads=1", "--set", "rollout.prompts_per_step=2",
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False, cwd=ROOT)
+
+    def cmd(port: int) -> list[str]:
+        shutil.rmtree(run, ignore_errors=True)  # a retried launch starts a fresh run
+        return [
+            sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(EXAMPLES / "fsdp.yaml"),
+            "--main_process_port", str(port), str(trinity), "train", "--run-dir", str(run),
+            "--set", "trainer.total_steps=1", "--set", "trainer.progress=false", "--set", "tasks.eval_size=0",
+            "--set", "trainer.threads=1", "--set", "rollout.prompts_per_step=2",
+        ]  # fmt: skip
+
+    proc = launch(cmd, {**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
     assert proc.returncode == 0, launch_failure(proc.stderr)
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("trinity train: warning:")]
     assert len(warnings) == 1, proc.stderr[-3000:]  # from the main process only

@@ -1,4 +1,4 @@
-"""The learner's per-micro-batch trim (``trinity_core.train.trim``): the cut widths, and a loss and
+"""The learner's per-micro-batch trim (``trinity_core.train.learner.trim``): the cut widths, and a loss and
 gradient equal to those of the untrimmed micro-batches for random prompt / response lengths and splits."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trinity_core.train.model import tiny_model
-from trinity_core.train.trim import trim_micro_batch
-from trinity_core.train.update import response_logprobs
+from trinity_core.train.learner.logprobs import response_logprobs
+from trinity_core.train.learner.trim import trim_micro_batch
+from trinity_core.train.models.policy import tiny_model
 
 V, PAD = 30, 0
 

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from trinity_core.config import TrainerConfig
-from trinity_core.train.model import tiny_model
-from trinity_core.train.update import _keeps_logits, make_optimizer, response_logprobs
+from trinity_core.train.learner.logprobs import _keeps_logits, response_logprobs
+from trinity_core.train.learner.optimizer import make_optimizer
+from trinity_core.train.models.policy import tiny_model
 
 
 def _plain(
@@ -93,7 +94,7 @@ def test_a_lora_policy_and_its_reference_keep_only_the_response_logits() -> None
     # PEFT's and the reference stand-in's forward signatures do not name logits_to_keep but pass it
     # on: the pass looks through them and asks the transformers model under them for fewer logits.
     peft = pytest.importorskip("peft")
-    from trinity_core.train.lora import AdapterDisabled
+    from trinity_core.train.models.lora import AdapterDisabled
 
     model = peft.get_peft_model(
         tiny_model(40, seed=0),

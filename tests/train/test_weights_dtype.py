@@ -12,10 +12,10 @@ from test_train_memory import CLI, LORA, fixed_batch, trainer, update
 
 from trinity_core.cli.main import main
 from trinity_core.config import resolve_config
-from trinity_core.train.lora import AdapterDisabled
-from trinity_core.train.model import load_policy
-from trinity_core.train.update import response_logprobs
-from trinity_core.train.weights import weights_dtype
+from trinity_core.train.learner.logprobs import response_logprobs
+from trinity_core.train.models.dtype import weights_dtype
+from trinity_core.train.models.lora import AdapterDisabled
+from trinity_core.train.models.policy import load_policy
 
 
 @pytest.mark.parametrize(

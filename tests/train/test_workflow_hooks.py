@@ -20,7 +20,7 @@ from trinity_core.components import ComponentArgs, Workflow
 from trinity_core.experience import Experience
 from trinity_core.testing.scripted import ScriptedEngine, scripted_model
 from trinity_core.train import train
-from trinity_core.train.model import build_char_tokenizer
+from trinity_core.train.models.policy import build_char_tokenizer
 from trinity_core.workflows import Conversation, WorkflowRunner, make_tasks
 
 CONFIG: dict[str, Any] = {

@@ -79,7 +79,7 @@ def step_gradient(trainer: Any, exps: list[Experience]) -> dict[str, torch.Tenso
 
 
 def make_trainer(run_dir: Path, overrides: dict[str, Any] | None = None) -> Any:
-    from trinity_core.train.loop import Trainer
+    from trinity_core.train.modes.runner import Runner
     from trinity_core.train.run import make_accelerator, prepare_run_dir
 
     data = {**CONFIG, "trainer": {**CONFIG["trainer"], **(overrides or {})}}
@@ -87,7 +87,7 @@ def make_trainer(run_dir: Path, overrides: dict[str, Any] | None = None) -> Any:
     acc = make_accelerator(config, run_dir)
     prepare_run_dir(run_dir, config, resume=False, overwrite=True, is_main=acc.is_main_process)
     acc.wait_for_everyone()
-    return Trainer(config, run_dir, accelerator=acc)
+    return Runner(config, run_dir, accelerator=acc)
 
 
 def main(out: Path) -> None:
@@ -100,7 +100,7 @@ def main(out: Path) -> None:
     grads = step_gradient(budget, fixed_experiences()[rank * per : (rank + 1) * per])
     save_file(grads, str(out / f"gradtok{rank}.safetensors"))
 
-    from trinity_core.train.balance import balance_batch
+    from trinity_core.train.learner.balance import balance_batch
 
     mine = fixed_experiences(group_size=2)[rank * per : (rank + 1) * per]
     batch, shares = balance_batch(ExperienceBatch.from_experiences(mine), trainer.acc, pad_token_id=0)

@@ -16,6 +16,9 @@ Built-in buffers, made with :func:`make_buffer`:
   wire format of :mod:`trinity_core.codec`. A write goes to a temporary file first, then is moved into
   place atomically under the next free number, so a reader (in any process) only ever sees complete
   writes, and numbers are contiguous, so reading in numeric order never skips one.
+
+:class:`ReplayBuffer` keeps task groups the learner trained on and hands some back to later steps
+(``buffer.replay``; priority functions such as :class:`FifoPriority` choose which).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Literal, NamedTuple
 from trinity_core.buffer.base import BufferReader, BufferWriter
 from trinity_core.buffer.disk import DiskReader, DiskWriter
 from trinity_core.buffer.memory import MemoryReader, MemoryStorage, MemoryWriter
+from trinity_core.buffer.replay import FifoPriority, ReplayBuffer
 
 __all__ = [
     "BufferPair",
@@ -33,9 +37,11 @@ __all__ = [
     "BufferWriter",
     "DiskReader",
     "DiskWriter",
+    "FifoPriority",
     "MemoryReader",
     "MemoryStorage",
     "MemoryWriter",
+    "ReplayBuffer",
     "make_buffer",
 ]
 

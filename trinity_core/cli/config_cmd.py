@@ -1,4 +1,5 @@
-"""``trinity config validate [FILE]``: resolve a run configuration and print it, or print its problems."""
+"""``trinity config validate [FILE | --config FILE]``: resolve a run configuration and print it, or print
+its problems. The file is positional or, as for ``trinity train``, ``--config``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-__all__ = ["cmd_validate", "format_explain", "register"]
+__all__ = ["cmd_validate", "config_path", "format_explain", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,6 +22,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Resolve a run configuration as `trinity train` would: print it, or every problem.",
     )
     validate.add_argument("file", nargs="?", help="YAML run configuration (default: the embedded default)")
+    validate.add_argument(
+        "--config",
+        dest="config_file",
+        metavar="FILE.yaml",
+        help="the same as FILE, spelt as for `trinity train --config`",
+    )
     validate.add_argument(
         "--set",
         dest="overrides",
@@ -52,19 +59,34 @@ def format_explain(resolved: Any) -> list[str]:
     return lines
 
 
+def config_path(ns: argparse.Namespace) -> str | None:
+    """The config file of ``ns``: the positional FILE or ``--config`` (the same file given both ways is
+    one); None when neither is given, or when two different files are."""
+    given = {name for name in (ns.file, ns.config_file) if name is not None}
+    return given.pop() if len(given) == 1 else None
+
+
 def cmd_validate(ns: argparse.Namespace) -> int:
-    """Exit 0 printing the resolved config, or 1 printing every problem."""
+    """Exit 0 printing the resolved config, or 1 printing every problem (one line when there is one)."""
     from trinity_core.config import ConfigError, resolve_config
     from trinity_core.config.capabilities import check_capabilities
 
+    path = config_path(ns)
+    if path is None and ns.file is not None:
+        print(
+            f"trinity config validate: error: two config files, {ns.file!r} and --config "
+            f"{ns.config_file!r}; give one (positional FILE or --config FILE)",
+            file=sys.stderr,
+        )
+        return 2
     embedded = None
-    if ns.file is None:
+    if path is None:
         embedded = importlib.import_module("trinity_core.train.run").DEFAULT_CONFIG
     try:
-        resolved = resolve_config(ns.file, overrides=ns.overrides, embedded=embedded)
+        resolved = resolve_config(path, overrides=ns.overrides, embedded=embedded)
         check_capabilities(resolved)  # a run that cannot provide a critic, teacher, ... is invalid here too
     except ConfigError as exc:
-        print(f"trinity: invalid config: {exc}", file=sys.stderr)
+        print(f"trinity: invalid config: {exc.summary()}", file=sys.stderr)
         return 1
     data = resolved.model_dump(mode="json")
     if ns.json:

@@ -43,11 +43,11 @@ def cmd_eval(ns: argparse.Namespace) -> int:
     from trinity_core.extras import require_extra
 
     require_extra("train", "trinity eval")
+    from trinity_core.train.data.prompts import PromptRenderError
+    from trinity_core.train.data.rewards import RewardError
     from trinity_core.train.eval_run import EvalError, evaluate_target
     from trinity_core.train.export import ExportError
-    from trinity_core.train.model import ModelLoadError
-    from trinity_core.train.prompts import PromptRenderError
-    from trinity_core.train.rewards import RewardError
+    from trinity_core.train.models.policy import ModelLoadError
 
     try:
         out, result = evaluate_target(

@@ -37,7 +37,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
 
     require_extra("train", "trinity export")
     from trinity_core.train.export import ExportError, export_checkpoint
-    from trinity_core.train.model import ModelLoadError
+    from trinity_core.train.models.policy import ModelLoadError
 
     try:
         out = export_checkpoint(ns.run_dir, ns.out_dir, step=ns.step, overwrite=ns.overwrite, merge=ns.merge)

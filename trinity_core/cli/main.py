@@ -34,10 +34,7 @@ def _one_line(exc: Exception) -> str:
     """A configuration error with a single problem on one line; several problems stay a list."""
     from trinity_core.config import ConfigError
 
-    if isinstance(exc, ConfigError) and len(exc.problems) == 1:
-        where = f"{exc.source}: " if exc.source else ""
-        return f"{where}{exc.problems[0]}"
-    return str(exc)
+    return exc.summary() if isinstance(exc, ConfigError) else str(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,10 @@
-"""``trinity plugins list`` and ``trinity plugins show``: what is installed, what failed, what conflicts."""
+"""``trinity plugins list`` and ``trinity plugins show``: what is installed, what failed, what conflicts,
+and (``--wide``, ``--json``) the shipped plugins that are not installed, with their install line."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata as md
 import inspect
 import json
 import sys
@@ -24,8 +26,9 @@ from trinity_core.registry import (
     kinds,
     strict_mode,
 )
+from trinity_core.registry.shipped import SHIPPED, install_line
 
-__all__ = ["WIDTH", "args_table", "register"]
+__all__ = ["WIDTH", "args_table", "not_installed", "register"]
 
 WIDTH = 100
 """Columns the default ``plugins list`` table fits in (``--wide`` and ``--json`` give everything)."""
@@ -40,7 +43,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing = sub.add_parser("list", help="list components, failed plugins and conflicts")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.add_argument(
-        "--wide", action="store_true", help=f"full summaries and paper links (default: fit {WIDTH} columns)"
+        "--wide",
+        action="store_true",
+        help=f"full summaries, paper links and the shipped plugins not installed, with their install line "
+        f"(default: fit {WIDTH} columns)",
     )
     listing.add_argument("--kind", choices=kind_names, help="only this kind")
     listing.add_argument("--strict", action="store_true", help="exit 1 on any load failure or conflict")
@@ -87,6 +93,7 @@ def cmd_list(ns: argparse.Namespace) -> int:
             pm.load_entry_points(strict=False)
     hooks = [(n, o) for n, o in registered_plugins(pm)]
     failures = [r.error for r in records if r.error is not None] + pm.failures
+    missing = not_installed(ns.kind)
     if ns.json:
         payload = {
             "components": [_record_json(r) for r in records if r.error is None],
@@ -97,6 +104,10 @@ def cmd_list(ns: argparse.Namespace) -> int:
                 for c in conflicts
             ],
             "disabled": [asdict(ep) for ep in disabled],
+            "not_installed": [
+                {"distribution": dist, "provides": provides, "install": install_line(dist)}
+                for dist, provides in missing.items()
+            ],
         }
         print(json.dumps(payload, indent=2))
     else:
@@ -113,6 +124,13 @@ def cmd_list(ns: argparse.Namespace) -> int:
             print("\ndisabled by TRINITY_DISABLE_PLUGINS:")
             for ep in disabled:
                 print(f"  {ep.group} {ep.name!r} ({ep.provider})")
+        if missing and ns.wide:
+            print("\nshipped with trinity-core, not installed:")
+            for dist, provides in missing.items():
+                print(f"  {dist}: {', '.join(provides)}\n    install: {install_line(dist)}")
+        elif missing:
+            count = len(missing)
+            print(f"\n{count} shipped plugin(s) not installed: `trinity plugins list --wide` lists them")
     strict = ns.strict or strict_mode()
     if strict and (failures or conflicts):
         print(
@@ -121,6 +139,28 @@ def cmd_list(ns: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def not_installed(kind: str | None = None) -> dict[str, list[str]]:
+    """Shipped plugin distributions (the catalog :data:`~trinity_core.registry.shipped.SHIPPED`) that are
+    not installed, each with what it provides (``"policy_loss sapo"``; only ``kind`` when given)."""
+    namespaces = {spec.namespace: spec.kind for spec in kinds()}
+    wanted = get_kind(kind).namespace if kind else None
+    out: dict[str, list[str]] = {}
+    for namespace, names in SHIPPED.items():
+        if wanted is not None and namespace != wanted:
+            continue
+        for name, dist in names.items():
+            out.setdefault(dist, []).append(f"{namespaces.get(namespace, namespace)} {name}")
+    return {dist: sorted(provides) for dist, provides in sorted(out.items()) if not _installed(dist)}
+
+
+def _installed(dist: str) -> bool:
+    try:
+        md.distribution(dist)
+    except md.PackageNotFoundError:
+        return False
+    return True
 
 
 def _listing(records: Sequence[ComponentRecord], hooks: Sequence[tuple[str, Any]], wide: bool) -> str:

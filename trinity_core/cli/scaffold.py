@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from string import Template
 
-from trinity_core.cli.scaffold_templates import COMPONENTS, FILES, KIND_TESTS
+from trinity_core.cli.scaffold_templates import COMPONENTS, FILES, KIND_TESTS, MULTI_TURN_WORKFLOW
 from trinity_core.registry import PLUGIN_API_VERSION, get_kind
 
 __all__ = ["ScaffoldError", "cmd_new", "register_new", "scaffold_kinds", "write_scaffold"]
@@ -35,15 +35,16 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-def write_scaffold(name: str, kind: str, directory: Path) -> Path:
-    """Write distribution ``trinity-plugin-<name>`` providing ``kind`` ``name`` under ``directory``.
+def write_scaffold(name: str, kind: str, directory: Path, *, multi_turn: bool = False) -> Path:
+    """Write distribution ``trinity-plugin-<name>`` providing ``kind`` ``name`` under ``directory``
+    (with ``multi_turn``, a workflow that plays several turns per episode).
 
     Returns:
         the distribution's folder.
 
     Raises:
-        ScaffoldError: the name is not a lowercase identifier, the kind has no template, or the folder
-            exists already.
+        ScaffoldError: the name is not a lowercase identifier, the kind has no template, the folder
+            exists already, or ``multi_turn`` is asked for another kind than workflow.
     """
     if not NAME.match(name) or keyword.iskeyword(name):
         raise ScaffoldError(
@@ -51,12 +52,14 @@ def write_scaffold(name: str, kind: str, directory: Path) -> Path:
         )
     if kind not in COMPONENTS:
         raise ScaffoldError(f"no scaffold for kind {kind!r}; kinds with one: {', '.join(COMPONENTS)}")
+    if multi_turn and kind != "workflow":
+        raise ScaffoldError(f"--multi-turn is a variant of the workflow scaffold, not of kind {kind!r}")
     spec = get_kind(kind)
     dist = f"trinity-plugin-{name.replace('_', '-')}"
     root = directory / dist
     if root.exists():
         raise ScaffoldError(f"{root} exists already; choose another name or --dir, or remove it")
-    suffix, source = COMPONENTS[kind]
+    suffix, source = MULTI_TURN_WORKFLOW if multi_turn else COMPONENTS[kind]
     cls = f"{_camel(name)}{suffix}" if suffix else ""
     values = {
         "name": name,
@@ -91,6 +94,12 @@ def register_new(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     new.add_argument("name", help="component name (lowercase identifier), e.g. my_loss")
     new.add_argument("--kind", required=True, choices=scaffold_kinds(), help="component kind")
     new.add_argument("--dir", default=".", help="where to create the distribution folder (default: .)")
+    new.add_argument(
+        "--multi-turn",
+        action="store_true",
+        help="--kind workflow: a multi-turn episode (answer, feedback, answer again) kept by Conversation, "
+        "one experience per episode or per turn",
+    )
     new.set_defaults(func=cmd_new)
 
 
@@ -99,7 +108,7 @@ def cmd_new(ns: argparse.Namespace) -> int:
     import sys
 
     try:
-        root = write_scaffold(ns.name, ns.kind, Path(ns.dir))
+        root = write_scaffold(ns.name, ns.kind, Path(ns.dir), multi_turn=ns.multi_turn)
     except ScaffoldError as exc:
         print(f"trinity plugins new: error: {exc}", file=sys.stderr)
         return 1

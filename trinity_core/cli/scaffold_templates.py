@@ -7,12 +7,14 @@ namespace), ``$api`` (the core API version the scaffold is built for).
 
 from __future__ import annotations
 
+from trinity_core.cli.scaffold_buffer_templates import BUFFER_COMPONENTS
 from trinity_core.cli.scaffold_tensor_templates import TENSOR_COMPONENTS
 
-__all__ = ["COMPONENTS", "FILES", "KIND_TESTS"]
+__all__ = ["COMPONENTS", "FILES", "KIND_TESTS", "MULTI_TURN_WORKFLOW"]
 
 COMPONENTS: dict[str, tuple[str, str]] = {
     **TENSOR_COMPONENTS,
+    **BUFFER_COMPONENTS,
     "algorithm": (
         "Algorithm",
         '''"""``$name`` algorithm preset."""
@@ -74,7 +76,7 @@ import torch
 from pydantic import Field
 
 from trinity_core.components import ComponentArgs
-from trinity_core.train.tasks import Task
+from trinity_core.train.data.tasks import Task
 
 
 class _Args(ComponentArgs):
@@ -205,6 +207,77 @@ class $cls(ToolParser):
 }
 """Kind -> (class name suffix, module source). A kind without an entry has no scaffold yet."""
 
+MULTI_TURN_WORKFLOW = (
+    "Workflow",
+    '''"""``$name`` workflow: a multi-turn episode, kept as tokens by ``Conversation``."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from trinity_core.components import ComponentArgs, Workflow
+from trinity_core.experience import Experience
+from trinity_core.workflows import Conversation
+
+
+class $cls(Workflow):
+    """$name: the model answers the task's prompt; a wrong answer gets ``feedback`` and another try, up to
+    ``max_turns`` answers; the return is ``discount ** t`` for a right answer at turn ``t`` (0-based), else 0.
+
+    An answer is right when the run's reward functions give it 1. TODO: replace this environment (the
+    reward functions as judge, ``feedback`` as its reply) with yours: a game, a tool, a user simulator.
+    The environment's text is masked out of the loss; only the model's tokens are trained.
+    """
+
+    class Args(ComponentArgs):
+        max_turns: int = Field(3, ge=1, description="Answers the model may give in one episode.")
+        feedback: str = Field(
+            "{prompt}", description="The environment's reply to a wrong answer; {prompt}: the task's prompt."
+        )
+        discount: float = Field(0.5, gt=0, le=1, description="A right answer at turn t returns discount**t.")
+        experience: Literal["episode", "step"] = Field(
+            "episode",
+            description="'episode': one multi_turn experience per episode; 'step': one per turn (eid.step), "
+            "for step-wise algorithms (multi_step_grpo, gigpo).",
+        )
+
+    max_turns: int
+    feedback: str
+    discount: float
+    experience: str
+    can_repeat: ClassVar[bool] = False  # one instance per run: the explorer sets eid.run
+
+    def _right(self, turn: Experience) -> bool:
+        """Whether the run's reward functions give this answer 1 (no reward function: never)."""
+        if self.task.reward_fn is None or turn.tokens is None:
+            return False
+        response = turn.tokens[turn.prompt_length :].tolist()
+        cut = turn.truncate_status is not None
+        ids = tuple(response if cut else response[:-1])  # without the closing EOS
+        [reward] = self.task.reward_fn([turn.response_text or ""], [ids], [cut])
+        return reward is not None and reward >= 1.0
+
+    def run(self) -> list[Experience]:
+        """One episode: answer, hear the feedback, answer again, until right or out of turns."""
+        conversation = Conversation(self.model, self.task.prompt)
+        episode_return = 0.0
+        for turn in range(self.max_turns):
+            reply = conversation.respond()
+            if self._right(reply):
+                episode_return = self.discount**turn
+                break
+            if turn + 1 < self.max_turns:
+                conversation.add_text(self.feedback.format(prompt=self.task.prompt))
+        info = {"turns": len(conversation.turns), "success": episode_return > 0}
+        if self.experience == "step":
+            return conversation.step_experiences(episode_return, [info] * len(conversation.turns))
+        return [conversation.to_experience(episode_return, info)]
+''',
+)
+"""The ``--multi-turn`` variant of the workflow scaffold."""
+
 KIND_TESTS: dict[str, str] = {
     "reward_fn": """from $pkg.$module import $name
 
@@ -225,7 +298,8 @@ def test_rows_have_the_declared_fields() -> None:
     assert all(set(task.fields) <= set(row) for row in rows)
 """,
 }
-"""Kinds the conformance kit has no checks for get a first test of their own."""
+"""Kinds whose scaffold gets a first test of its own besides the conformance kit (reward functions have no
+kit checks; a task set gets the task suite too)."""
 
 FILES: dict[str, str] = {
     "pyproject.toml": """[build-system]

@@ -45,14 +45,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_train(ns: argparse.Namespace) -> int:
     """Train; print the summary. Exit 1 with a one-line message on bad input or a failing environment."""
+    from trinity_core.components.faults import ComponentFault
     from trinity_core.extras import require_extra
-    from trinity_core.train.async_mode import ExplorerFailed
-    from trinity_core.train.checkpoint import CheckpointError
-    from trinity_core.train.loop import LaunchError
-    from trinity_core.train.model import ModelLoadError
-    from trinity_core.train.profile import format_profile
-    from trinity_core.train.prompts import PromptRenderError
-    from trinity_core.train.rewards import RewardError
+    from trinity_core.hooks import HookCallError
+    from trinity_core.train.checkpoints.commit import CheckpointError
+    from trinity_core.train.data.prompts import PromptRenderError
+    from trinity_core.train.data.rewards import RewardError
+    from trinity_core.train.models.policy import ModelLoadError
+    from trinity_core.train.modes.async_mode import ExplorerFailed
+    from trinity_core.train.report.profile import format_profile
+    from trinity_core.train.report.result import LaunchError
     from trinity_core.train.run import RunDirError, RunFinished, train
     from trinity_core.workflows.errors import WorkflowError
 
@@ -82,6 +84,8 @@ def cmd_train(ns: argparse.Namespace) -> int:
         PromptRenderError,
         WorkflowError,
         ExplorerFailed,
+        ComponentFault,
+        HookCallError,
     ) as exc:
         if ns.debug:
             raise
@@ -110,7 +114,7 @@ def cmd_train(ns: argparse.Namespace) -> int:
 
 def _figures(summary: dict[str, float]) -> str:
     """The end summary's RL figures and steps/s as one line."""
-    from trinity_core.train.reporting import format_figures
+    from trinity_core.train.report.reporting import format_figures
 
     figures = {k: v for k, v in summary.items() if k != "steps_per_s"}
     return format_figures(figures, summary.get("steps_per_s", float("nan")))

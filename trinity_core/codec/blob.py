@@ -9,7 +9,6 @@ library then checks the rest (offsets in range and tiling the data exactly, size
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 from torch import Tensor
 
-from trinity_core.codec.header import strict_object
+from trinity_core.codec.jsontext import parse_json
 from trinity_core.codec.spec import DTYPE_NAMES, SAFETENSORS_CODES, Malformed, ints, numel, require
 
 __all__ = ["BlobEntry", "Ragged", "blob_tensor", "read_blob", "write_blob"]
@@ -95,7 +94,7 @@ def _check_layout(blob: bytes) -> None:
     require(len(blob) >= 8, f"safetensors blob of {len(blob)} bytes is shorter than its 8-byte length")
     (header_len,) = _LENGTH.unpack_from(blob)
     require(header_len <= len(blob) - 8, f"safetensors header length {header_len} exceeds the blob")
-    header = json.loads(blob[8 : 8 + header_len], object_pairs_hook=strict_object)
+    header = parse_json(blob[8 : 8 + header_len], "the safetensors header")
     require(type(header) is dict, "safetensors header must be a JSON object")
     for name, entry in header.items():
         if name == "__metadata__":

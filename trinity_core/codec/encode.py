@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -9,7 +10,14 @@ from typing import Any
 from trinity_core.codec.blob import BlobEntry, Ragged, write_blob
 from trinity_core.codec.columns import custom_fields_column, json_column, scalar_column
 from trinity_core.codec.header import frame
-from trinity_core.codec.spec import JSON_COLUMNS, SCALAR_COLUMNS, ExperienceEncodeError, encode_error
+from trinity_core.codec.jsontext import json_depth
+from trinity_core.codec.spec import (
+    JSON_COLUMNS,
+    MAX_JSON_DEPTH,
+    SCALAR_COLUMNS,
+    ExperienceEncodeError,
+    encode_error,
+)
 from trinity_core.codec.tensors import multi_modal_spec, tensor_field_spec
 from trinity_core.experience import EID, TENSOR_FIELDS, Experience, experience_field_names
 
@@ -91,7 +99,10 @@ def _write(
     if multi_modal is not None:
         header["mm"] = multi_modal
     blob_bytes = write_blob(blob)
-    payload = frame(header, blob_bytes)
+    try:
+        payload = frame(header, blob_bytes)
+    except (ValueError, RecursionError):  # nested deeper than the reader accepts
+        raise _too_deep(columns) from None
     shared = columns.get("custom_fields", {}).get("c")
     if shared is not None and count * len(shared) > len(payload):
         # The decoder refuses a shared list that expands to more entries than the payload has bytes;
@@ -99,3 +110,28 @@ def _write(
         columns["custom_fields"] = {"v": [shared] * count}
         payload = frame(header, blob_bytes)
     return payload
+
+
+#: Levels of the header above a free-form value: the header, ``columns``, the column, its list.
+_VALUE_LEVELS = 4
+
+
+def _too_deep(columns: dict[str, Any]) -> ExperienceEncodeError:
+    """The error that names the first free-form value nested deeper than a reader accepts."""
+    limit = MAX_JSON_DEPTH - _VALUE_LEVELS
+    for name in JSON_COLUMNS:
+        column = columns.get(name)  # {"j": values} or {"v": values}
+        for index, value in enumerate(next(iter(column.values())) if column else ()):
+            try:
+                depth: int | None = json_depth(json.dumps(value).encode())
+            except RecursionError:
+                depth = None
+            if depth is None or depth > limit:
+                deep = "too many levels" if depth is None else f"{depth} levels"
+                return encode_error(
+                    index,
+                    name,
+                    f"nests arrays and objects {deep} deep as written (tagged values included); the wire "
+                    f"format allows {limit} (MAX_JSON_DEPTH = {MAX_JSON_DEPTH} for the whole header)",
+                )
+    return ExperienceEncodeError(f"the JSON header nests deeper than MAX_JSON_DEPTH = {MAX_JSON_DEPTH}")

@@ -10,39 +10,31 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trinity_core.codec.jsontext import nesting_error, parse_json
 from trinity_core.codec.spec import (
     MAGIC,
     MAX_HEADER_BYTES,
     MAX_ITEMS,
     PREFIX,
     VERSION,
-    Malformed,
     require,
 )
 
-__all__ = ["HEADER_KEYS", "frame", "parse_header", "split_payload", "strict_object"]
+__all__ = ["HEADER_KEYS", "frame", "parse_header", "split_payload"]
 
 #: Keys of the JSON header's top-level object (``mm`` is optional).
 HEADER_KEYS = frozenset({"n", "columns", "tensors", "mm"})
 
 
-def strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object from its key-value pairs, refusing a key that appears twice.
-
-    ``json.loads`` would keep the last of two equal keys; a payload that says two things about one
-    field is malformed, whichever the writer meant.
-    """
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        keys = [key for key, _ in pairs]
-        duplicate = next(key for key in obj if keys.count(key) > 1)
-        raise Malformed(f"duplicate key {duplicate!r} in a JSON object")
-    return obj
-
-
 def frame(header: dict[str, Any], blob: bytes) -> bytes:
-    """The payload of ``header`` and ``blob``: prefix, JSON header padded to 8 bytes, blob."""
+    """The payload of ``header`` and ``blob``: prefix, JSON header padded to 8 bytes, blob.
+
+    Raises :class:`ValueError` when the header nests deeper than the reader accepts (``MAX_JSON_DEPTH``).
+    """
     header_bytes = json.dumps(header, separators=(",", ":")).encode("ascii")
+    problem = nesting_error(header_bytes, "the JSON header")
+    if problem is not None:
+        raise ValueError(problem)
     header_bytes += b" " * (-(PREFIX.size + len(header_bytes)) % 8)
     return b"".join((PREFIX.pack(MAGIC, VERSION, len(header_bytes), len(blob)), header_bytes, blob))
 
@@ -67,8 +59,8 @@ def split_payload(data: bytes) -> tuple[bytes, bytes]:
 
 def parse_header(header_bytes: bytes) -> dict[str, Any]:
     """The JSON header, checked at the top level: known keys, ``n`` in range, ``columns`` and ``tensors``
-    objects. Objects with a repeated key anywhere in the header are refused."""
-    header = json.loads(header_bytes, object_pairs_hook=strict_object)
+    objects. Text nested deeper than ``MAX_JSON_DEPTH`` or with a repeated key in any object is refused."""
+    header = parse_json(header_bytes, "the JSON header")
     require(type(header) is dict, "header must be a JSON object")
     require(header.keys() <= HEADER_KEYS and {"n", "columns", "tensors"} <= header.keys(), "bad header keys")
     count = header["n"]

@@ -18,6 +18,7 @@ __all__ = [
     "MAGIC",
     "MAX_HEADER_BYTES",
     "MAX_ITEMS",
+    "MAX_JSON_DEPTH",
     "TENSOR_DTYPES",
     "VERSION",
     "ExperienceDecodeError",
@@ -34,6 +35,11 @@ LEGACY_MAGIC = b"TRXP"
 MAX_HEADER_BYTES = 1 << 30
 #: Largest number of experiences in one payload.
 MAX_ITEMS = 1 << 24
+#: Deepest nesting of arrays and objects in the JSON header and the safetensors header. The header's
+#: own structure takes 4 levels above a free-form value (``{"columns": {"info": {"v": [value]}}}``),
+#: so ``info``, ``metrics``, messages and tools may nest 124 levels, tags included. The reader checks
+#: it before parsing, so no payload can make the parser or the tag decoder recurse deeper.
+MAX_JSON_DEPTH = 128
 
 #: ``magic | u8 version | u64 LE header length | u64 LE blob length``.
 PREFIX = struct.Struct("<4sBQQ")

@@ -9,8 +9,10 @@ always per item (``"mm.<index>.<position>"``, their keys in ``mm.keys``).
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 import torch
@@ -25,7 +27,6 @@ from trinity_core.codec.spec import (
     Malformed,
     encode_error,
     ints,
-    numel,
     require,
 )
 
@@ -34,6 +35,7 @@ __all__ = ["decode_multi_modal", "decode_tensor_field", "multi_modal_spec", "ten
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
 _MAX_DIMS = 64
+_INT64_MAX = 2**63 - 1
 
 
 # ------------------------------------------------------------------------------------------- encoding
@@ -147,15 +149,45 @@ def _presence(spec: dict[str, Any], count: int, what: str) -> list[int] | None:
 
 
 def _shapes(value: Any, rows: int, what: str) -> list[list[int]]:
+    """``value`` checked to be ``rows`` shapes, each a list of at most 64 ints in ``0 .. 2**63 - 1``.
+
+    One pass of builtins over the shapes and one over all their dimensions, no Python code per shape.
+    """
     require(type(value) is list and len(value) == rows, f"{what}: needs one shape per item ({rows})")
-    for shape in value:
-        require(
-            type(shape) is list and len(shape) <= _MAX_DIMS,
-            f"{what}: each shape must be a list of at most {_MAX_DIMS} ints",
-        )
-        ints(shape, what)
-        require(all(dim >= 0 for dim in shape), f"{what}: negative dimension")
+    require(
+        set(map(type, value)) <= {list} and max(map(len, value), default=0) <= _MAX_DIMS,
+        f"{what}: each shape must be a list of at most {_MAX_DIMS} ints",
+    )
+    dims = ints(list(chain.from_iterable(value)), what)
+    if dims:
+        require(min(dims) >= 0, f"{what}: negative dimension")
+        # A dimension torch cannot hold is refused before any product of dimensions is computed.
+        require(max(dims) <= _INT64_MAX, f"{what}: dimension beyond the int64 range")
     return value  # type: ignore[no-any-return]
+
+
+def _shaped(flat: Tensor, shapes: list[list[int]], what: str) -> list[Tensor]:
+    """Cut ``flat`` into one tensor per shape (no copies); items of zero elements share one per shape.
+
+    Like the empty tensor that zero-length items of ``len`` and ``lens`` share, a zero-element item costs
+    no tensor of its own: a payload cannot make the decoder build a tensor from a few header bytes.
+    """
+    sizes = list(map(math.prod, shapes))
+    total = flat.numel()
+    require(sum(sizes) == total, f"{what}: shapes hold {sum(sizes)} elements, blob holds {total}")
+    filled = iter(flat.unsafe_split_with_sizes([size for size in sizes if size]))
+    empty: dict[tuple[int, ...], Tensor] = {}
+    out = []
+    for size, shape in zip(sizes, shapes, strict=True):
+        if size:
+            piece = next(filled)  # 1-D, of `size` elements
+            out.append(piece if len(shape) == 1 else piece.view(shape))
+            continue
+        key = tuple(shape)
+        if key not in empty:
+            empty[key] = flat[:0].view(shape)
+        out.append(empty[key])
+    return out
 
 
 def _split_flat(flat: Tensor, spec: dict[str, Any], kind: str, rows: int, what: str) -> Sequence[Tensor]:
@@ -163,9 +195,9 @@ def _split_flat(flat: Tensor, spec: dict[str, Any], kind: str, rows: int, what: 
 
     ``unsafe_split`` makes the same disjoint slices as ``split`` without registering them as
     multi-output views of ``flat``, which nothing else ever sees: an in-place op on one item's tensor
-    under autograd then behaves as on any tensor instead of raising. Items of length zero (``len`` or
-    ``lens``) share one empty tensor of the field, which holds nothing to write into, so a header cannot
-    make the decoder build a tensor per item and field out of a few bytes.
+    under autograd then behaves as on any tensor instead of raising. Items of zero elements share one
+    empty tensor of the field (one per shape in the ``shapes`` layout), which holds nothing to write
+    into, so a header cannot make the decoder build a tensor per item and field out of a few bytes.
     """
     total = flat.numel()
     if rows == 0:
@@ -187,11 +219,7 @@ def _split_flat(flat: Tensor, spec: dict[str, Any], kind: str, rows: int, what: 
         empty = flat[:0]
         return [next(filled) if length else empty for length in lens]
     if kind == "shapes":
-        shapes = _shapes(spec["shapes"], rows, f"{what}.shapes")
-        sizes = [numel(shape) for shape in shapes]
-        require(sum(sizes) == total, f"{what}: shapes hold {sum(sizes)} elements, blob holds {total}")
-        parts = flat.unsafe_split_with_sizes(sizes)
-        return [part.view(shape) for part, shape in zip(parts, shapes, strict=True)]
+        return _shaped(flat, _shapes(spec["shapes"], rows, f"{what}.shapes"), what)
     raise Malformed(f"{what}: unknown layout {kind!r} (expected 'len', 'lens' or 'shapes')")
 
 

@@ -14,6 +14,10 @@ kl_fn          ``trinity_core.kl_fns``           :class:`KLFn`
 entropy_loss   ``trinity_core.entropy_losses``   :class:`EntropyLossFn`
 value_loss     ``trinity_core.value_losses``     :class:`ValueLossFn` (the critic's loss)
 workflow       ``trinity_core.workflows``        :class:`Workflow` (tasks in :class:`WorkflowTask`)
+task_selector  ``trinity_core.task_selectors``   :class:`TaskSelector` (which task rows a step samples)
+operator       ``trinity_core.experience_        :class:`ExperienceOperator` (filters and mappers of a
+               operators``                       step's experiences)
+priority_fn    ``trinity_core.priority_fns``     :class:`PriorityFn` (the replay buffer's order)
 tool_parser    ``trinity_core.tool_parsers``     :class:`ToolParser` (tool calls in a reply:
                                                  :class:`ToolCall`, :class:`ParsedReply`)
 =============  ================================  ==========================================
@@ -49,6 +53,7 @@ from trinity_core.components.base import (
     summarize_metric,
 )
 from trinity_core.components.entropy import EntropyLossFn
+from trinity_core.components.experience_operator import ExperienceOperator, OperatorContext
 from trinity_core.components.kl import AdaptiveKLController, FixedKLController, KLFn
 from trinity_core.components.policy_loss import (
     BACKEND_KEY_MAPPERS,
@@ -56,6 +61,8 @@ from trinity_core.components.policy_loss import (
     PolicyLossFn,
     StandardPolicyLossFn,
 )
+from trinity_core.components.priority_fn import PriorityFn, ReplayStats
+from trinity_core.components.task_selector import TaskSelector
 from trinity_core.components.tool_parser import ParsedReply, ToolCall, ToolParser
 from trinity_core.components.value_loss import ValueLossFn
 from trinity_core.components.workflow import ChatModel, Workflow, WorkflowTask
@@ -69,6 +76,9 @@ KIND_BASES: dict[str, tuple[type, ...]] = {
     "entropy_loss": (EntropyLossFn,),
     "value_loss": (ValueLossFn,),
     "workflow": (Workflow,),
+    "task_selector": (TaskSelector,),
+    "operator": (ExperienceOperator,),
+    "priority_fn": (PriorityFn,),
     "tool_parser": (ToolParser,),
 }
 """Kind name to its base classes (a component of a kind subclasses the first of them)."""
@@ -88,6 +98,7 @@ __all__ = [
     "ConfigRule",
     "ConstantMeta",
     "EntropyLossFn",
+    "ExperienceOperator",
     "FixedKLController",
     "GroupAdvantage",
     "GroupAdvantageStrategy",
@@ -98,9 +109,13 @@ __all__ = [
     "LossAggArgs",
     "LossAggMode",
     "Metrics",
+    "OperatorContext",
     "ParsedReply",
     "PolicyLossFn",
+    "PriorityFn",
+    "ReplayStats",
     "StandardPolicyLossFn",
+    "TaskSelector",
     "ToolCall",
     "ToolParser",
     "TrainerAdvantage",

@@ -29,7 +29,6 @@ from torch import Tensor
 from trinity_core.components.advantage_fn import AdvantageFn, GroupLevel, TrainerAdvantage, make_batch
 from trinity_core.components.base import Metrics, aggregate_metrics
 from trinity_core.experience import Experience, group_by
-from trinity_core.ops.fast import split_views
 
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
@@ -133,8 +132,8 @@ much larger blocks are handed back to the system between calls too.
 def _as_factor(mask: Tensor, device: torch.device) -> Tensor:
     """The mask as the factor of the multiply: a bool mask as its 0/1 bytes, anything else as float32.
 
-    The multiply converts uint8 to float32 vectorized, bool not (see :func:`trinity_core.ops.fast.as_float`);
-    either way the product is the float32 ``score * mask``.
+    The multiply converts uint8 to float32 vectorized, bool not; either way the product is the float32
+    ``score * mask``.
     """
     mask = mask.to(device)
     return mask.view(torch.uint8) if mask.dtype == torch.bool else mask.to(torch.float32)
@@ -142,8 +141,8 @@ def _as_factor(mask: Tensor, device: torch.device) -> Tensor:
 
 def _set_rows(exps: Sequence[Experience], out: Tensor, sizes: int | list[int]) -> None:
     """``exps[i].advantages`` / ``.returns``: the ``i``-th piece of ``out[0]`` / ``out[1]`` (views)."""
-    # One call creates all the pieces; the outputs never require grad (see split_views).
-    advantages, returns = split_views(out[0], sizes), split_views(out[1], sizes)
+    # One call creates all the pieces.
+    advantages, returns = torch.split(out[0], sizes), torch.split(out[1], sizes)
     # map() runs the assignments in a C loop (a Python for loop costs more than the views themselves).
     deque(map(setattr, exps, repeat("advantages"), advantages), maxlen=0)
     deque(map(setattr, exps, repeat("returns"), returns), maxlen=0)

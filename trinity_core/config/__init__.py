@@ -15,13 +15,22 @@ from trinity_core.config.capabilities import check_capabilities
 from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.loading import load_config, read_yaml
 from trinity_core.config.models import *  # noqa: F403  (every name of models.__all__, re-exported below)
+from trinity_core.config.ranges import MAX_SEED, MAX_THREADS, MIN_TEMPERATURE
 from trinity_core.config.resolve import BASE_DEFAULTS, DEFAULT_REPEAT_TIMES, resolve_config
+from trinity_core.config.resolved import ResolvedAlgorithmConfig, ResolvedConfig
+from trinity_core.config.yaml_text import MAX_CONFIG_NODES
 
 __all__ = [
     "BASE_DEFAULTS",
     "DEFAULT_REPEAT_TIMES",
+    "MAX_CONFIG_NODES",
+    "MAX_SEED",
+    "MAX_THREADS",
+    "MIN_TEMPERATURE",
     "ConfigError",
     "ConfigProblem",
+    "ResolvedAlgorithmConfig",
+    "ResolvedConfig",
     "check_capabilities",
     "load_config",
     "read_yaml",

@@ -20,7 +20,8 @@ from typing import Any
 
 from trinity_core import registry
 from trinity_core.config.errors import ConfigError, ConfigProblem
-from trinity_core.config.models import COMPONENT_KEYS, ResolvedConfig
+from trinity_core.config.models import COMPONENT_KEYS
+from trinity_core.config.resolved import ResolvedConfig
 
 __all__ = ["COLUMN_SOURCES", "PARTS", "Part", "check_capabilities", "missing_capabilities", "needs_of"]
 

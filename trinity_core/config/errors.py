@@ -46,3 +46,11 @@ class ConfigError(ValueError):
         lines = [f"{count} problem{'s' if count != 1 else ''}{where}:"]
         lines.extend(f"  - {p}" for p in self.problems)
         super().__init__("\n".join(lines))
+
+    def summary(self) -> str:
+        """The error for a terminal: one line (``source: path: message``) when there is one problem, the
+        full list otherwise."""
+        if len(self.problems) == 1:
+            where = f"{self.source}: " if self.source else ""
+            return f"{where}{self.problems[0]}"
+        return str(self)

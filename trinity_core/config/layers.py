@@ -9,16 +9,17 @@ new preset, so every key the new preset sets is the preset's.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.loading import read_yaml_mapping
+from trinity_core.config.yaml_text import describe_yaml_error, load_yaml_text
 
 __all__ = ["EMBEDDED", "SET", "ConfigLayers", "apply_overrides", "layer_config"]
 
@@ -28,9 +29,14 @@ EMBEDDED = "embedded default"
 SET = "--set"
 """Origin label of a value given with ``--set``."""
 
+_EXPONENT_ONLY = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+"""A number YAML 1.1 reads as a string (an exponent with no dot in the mantissa, ``1e-4``); ``nan``,
+``inf`` and every other word stay strings (``--set tasks.name=nan`` names a task)."""
+
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides (values parsed as YAML) to a copy of ``data``."""
+    """Apply ``key.path=value`` overrides (values parsed as YAML, duplicate keys and alias bombs refused as
+    in files) to a copy of ``data``."""
     yaml: Any = importlib.import_module("yaml")
     out = copy.deepcopy(dict(data))
     problems = []
@@ -40,12 +46,16 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             problems.append(ConfigProblem("--set", f"{item!r} is not key.path=value (e.g. trainer.lr=1e-4)"))
             continue
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-            if isinstance(value, str):  # YAML 1.1 reads 1e-4 as a string
-                with contextlib.suppress(ValueError):
-                    value = float(value)
+            value = load_yaml_text(raw, prefix=key.strip()) if raw.strip() else None
+            if isinstance(value, str) and _EXPONENT_ONLY.fullmatch(value):  # YAML 1.1 reads 1e-4 as a string
+                value = float(value)
         except yaml.YAMLError as exc:
-            problems.append(ConfigProblem(key, f"--set value {raw!r} is not valid YAML: {exc}"))
+            problems.append(
+                ConfigProblem(key, f"--set value {raw!r} is not valid YAML: {describe_yaml_error(exc)}")
+            )
+            continue
+        except ConfigError as exc:
+            problems.extend(exc.problems)
             continue
         node = out
         parts = key.strip().split(".")

@@ -10,15 +10,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trinity_core.config.checks import config_problems
 from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.models import RunConfig
+from trinity_core.config.yaml_text import describe_yaml_error, load_yaml_text
 from trinity_core.registry.args import validation_problems
 
 __all__ = ["load_config", "read_yaml", "read_yaml_mapping"]
 
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
-    """Parse the YAML file at ``path``; unreadable or malformed files raise :class:`ConfigError`."""
+    """Parse the YAML file at ``path``; unreadable or malformed files raise :class:`ConfigError`, as do
+    duplicate keys and aliases that expand past a limit (:mod:`trinity_core.config.yaml_text`)."""
     yaml: Any = importlib.import_module("yaml")  # untyped without types-PyYAML
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -32,9 +35,12 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
         )
         raise ConfigError([problem], str(path)) from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml_text(text)
+    except ConfigError as exc:
+        raise ConfigError(exc.problems, str(path)) from None
     except yaml.YAMLError as exc:
-        raise ConfigError([ConfigProblem("", f"not valid YAML: {exc}")], str(path)) from None
+        what = f"not valid YAML: {describe_yaml_error(exc)}"
+        raise ConfigError([ConfigProblem("", what, hint="fix the syntax there")], str(path)) from None
 
 
 def read_yaml_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -62,8 +68,9 @@ def _not_a_mapping(data: Any) -> ConfigProblem:
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | RunConfig) -> RunConfig:
     """Build a :class:`RunConfig` from a YAML file path, a mapping, or a ``RunConfig`` (returned as is).
 
-    Only the structure is checked here (unknown keys, types, ranges); component names and arguments
-    are checked by :func:`~trinity_core.config.resolve_config`.
+    Only the structure is checked here (unknown keys, types, ranges, and the cross-key checks of
+    :mod:`trinity_core.config.checks`); component names and arguments are checked by
+    :func:`~trinity_core.config.resolve_config`.
 
     Raises:
         ConfigError: with every structural problem and its dotted path.
@@ -79,8 +86,12 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | RunConfig) 
             data = {}
     if not isinstance(data, Mapping):
         raise ConfigError([_not_a_mapping(data)], label)
+    problems = []
     try:
-        return RunConfig.model_validate(dict(data))
+        run = RunConfig.model_validate(dict(data))
     except ValidationError as exc:
         problems = [ConfigProblem(path, msg) for path, msg in validation_problems(exc, model=RunConfig)]
-        raise ConfigError(problems, label) from None
+    problems.extend(config_problems(data))
+    if problems:
+        raise ConfigError(problems, label)
+    return run

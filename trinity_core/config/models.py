@@ -15,19 +15,21 @@ from pydantic import AliasChoices, Field, field_validator
 
 from trinity_core.components import LossAggMode  # one definition, shared with the loss components
 from trinity_core.config.base import Section
+from trinity_core.config.buffer_config import BufferConfig, OperatorEntry
+from trinity_core.config.ranges import MAX_SEED, MAX_THREADS, MIN_TEMPERATURE, Beta
 from trinity_core.config.sections import CriticConfig, DataConfig, LoraSettings, SynchronizerConfig
+from trinity_core.config.tasks_section import TasksConfig
 
 __all__ = [
     "COMPONENT_KEYS",
     "RUN_MODES",
     "AlgorithmConfig",
+    "BufferConfig",
     "CriticConfig",
     "DataConfig",
     "LoraSettings",
     "LossAggMode",
     "ModelConfig",
-    "ResolvedAlgorithmConfig",
-    "ResolvedConfig",
     "RolloutConfig",
     "RunConfig",
     "RunMode",
@@ -155,45 +157,25 @@ class ModelConfig(Section):
     )
 
 
-class TasksConfig(Section):
-    """The task set and its reward functions."""
-
-    name: str | None = Field(
-        default=None,
-        description="Registered task set (kind task); unset: last_digit.",
-    )
-    args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the task set.")
-    reward_fns: list[str] | None = Field(
-        default=None,
-        description="Reward functions (kind reward_fn), weighted-summed; unset: the task's default.",
-    )
-    reward_weights: list[float] | None = Field(
-        default=None, description="One weight per reward function; unset: all 1."
-    )
-    reward_fn_args: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Keyword arguments per reward function name."
-    )
-    eval_size: int = Field(default=100, ge=0, description="Held-out prompts for the final greedy accuracy.")
-    eval_k: int = Field(
-        default=4,
-        ge=0,
-        description="Samples per held-out prompt (rollout.temperature) for eval pass@k; 0: greedy only.",
-    )
-    eval_success: float = Field(
-        default=1.0,
-        description="A response whose combined reward is at least this counts as solved (pass@k).",
-    )
-
-
 class RolloutConfig(Section):
     """Sampling of responses (the group size is algorithm.repeat_times)."""
 
     prompts_per_step: int = Field(
         default=16, ge=1, description="Prompts (tasks) sampled per step, all ranks together."
     )
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    temperature: float = Field(
+        default=1.0,
+        ge=MIN_TEMPERATURE,
+        description=f"Sampling temperature, at least {MIN_TEMPERATURE:g}.",
+    )
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold (1: off).")
     top_k: int = Field(default=0, ge=0, description="Top-k sampling (0: off).")
+    min_new_tokens: int = Field(
+        default=1,
+        ge=0,
+        description="End-of-sequence is never sampled before this many tokens of a response (of each turn); "
+        "the learner's log-probs and entropy leave it out there too.",
+    )
     max_new_tokens: int | None = Field(
         default=None, ge=1, description="Longest response, in tokens; unset: the task's answer budget."
     )
@@ -205,6 +187,11 @@ class RolloutConfig(Section):
     workflow_max_calls: int = Field(
         default=64, ge=1, description="Model calls one episode may make; one more fails the episode."
     )
+    experience_pipeline: list[OperatorEntry] = Field(
+        default_factory=list,
+        description="Experience operators run in order on each step's experiences before the advantage "
+        "(names or {name, args}); the trinity_process_experiences hooks run first unless 'hooks' is listed.",
+    )
 
 
 class TrainerConfig(Section):
@@ -214,10 +201,17 @@ class TrainerConfig(Section):
         default=800, ge=1, description="Training steps (an update each; in mode both also a rollout)."
     )
     lr: float = Field(default=3e-4, gt=0, description="Peak learning rate.")
-    seed: int = Field(default=0, description="Random seed (model init, sampling, tasks).")
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_SEED,
+        description="Random seed (model init, sampling, tasks), 0 to 2**32 - 1.",
+    )
     optimizer: Literal["adamw", "adam", "sgd"] = Field(default="adamw", description="Optimizer.")
     weight_decay: float = Field(default=0.0, ge=0, description="Weight decay.")
-    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="Adam betas.")
+    betas: tuple[Beta, Beta] = Field(
+        default=(0.9, 0.999), description="Adam betas (decay rates of the moment estimates), each in [0, 1)."
+    )
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
         default="constant", description="Schedule after warm-up (linear / cosine decay to 0 at total_steps)."
     )
@@ -274,7 +268,9 @@ class TrainerConfig(Section):
         description="With several processes and a preset whose can_balance_batch is true, give every "
         "rank about the same number of tokens (whole task groups move between ranks).",
     )
-    threads: int | None = Field(default=None, ge=1, description="torch CPU threads; unset: torch's choice.")
+    threads: int | None = Field(
+        default=None, ge=1, le=MAX_THREADS, description="torch CPU threads; unset: torch's choice."
+    )
     run_dir: str | None = Field(
         default=None, description="Run directory; unset: runs/<task>-<algorithm>-<timestamp>."
     )
@@ -295,6 +291,25 @@ class TrainerConfig(Section):
         description="Accelerate trackers (tensorboard, wandb, ...); auto: tensorboard if installed.",
     )
     progress: bool = Field(default=True, description="Show a progress bar on stderr.")
+    progress_metrics: list[str] = Field(
+        default_factory=list,
+        description="Metric keys shown on the progress line and in the end summary after the standard "
+        "figures (reward, len, entropy, kl, clip, gnorm), e.g. [actor/unmasked_frac]: a policy loss's "
+        "metric x is actor/x (docs/training.md, Metrics); default: the standard figures only.",
+    )
+
+    @field_validator("progress_metrics")
+    @classmethod
+    def _metric_keys(cls, keys: list[str]) -> list[str]:
+        """Each key once, not blank, as written in metrics.jsonl (``section/name``)."""
+        blank = [k for k in keys if not k.strip() or k != k.strip()]
+        if blank:
+            raise ValueError(f"metric keys {blank!r} are blank or have spaces around them")
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"metric keys {twice} are given more than once")
+        return keys
+
     log_samples_every: int = Field(
         default=100,
         ge=0,
@@ -322,48 +337,10 @@ class RunConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig)
     synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
 
-
-class ResolvedAlgorithmConfig(Section):
-    """The ``algorithm`` section after resolution: every name chosen, every args dict complete.
-
-    A component name of ``None`` means the run uses no such component (e.g. no add strategy).
-    """
-
-    algorithm_type: str
-    repeat_times: int = Field(ge=1)
-    advantage_fn: str | None
-    advantage_fn_args: dict[str, Any]
-    policy_loss_fn: str | None
-    policy_loss_fn_args: dict[str, Any]
-    kl_penalty_fn: str | None
-    kl_penalty_fn_args: dict[str, Any]
-    kl_loss_fn: str | None
-    kl_loss_fn_args: dict[str, Any]
-    entropy_loss_fn: str | None
-    entropy_loss_fn_args: dict[str, Any]
-    add_strategy: str | None
-    add_strategy_args: dict[str, Any]
-    value_loss_fn: str | None = None
-    value_loss_fn_args: dict[str, Any] = Field(default_factory=dict)
-    loss_agg_mode: LossAggMode | None = None
-
-
-class ResolvedConfig(Section):
-    """A run configuration ready for the trainer.
-
-    ``sources`` maps the dotted path of every resolved value to where it came from (``"--set"``,
-    ``"config file"``, ``"config"``, ``"embedded default"``, ``"preset 'grpo'"``, ``"base default"``,
-    ``"component default"``, ``"algorithm.loss_agg_mode"``, ``"default"``); it is excluded from dumps.
-    """
-
-    mode: RunMode = "both"
-    algorithm: ResolvedAlgorithmConfig
-    model: ModelConfig
-    tasks: TasksConfig
-    rollout: RolloutConfig
-    trainer: TrainerConfig
-    data: DataConfig = Field(default_factory=DataConfig)
-    synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig)
-    critic: CriticConfig = Field(default_factory=CriticConfig)
-    sources: dict[str, str] = Field(default_factory=dict, exclude=True)
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _task_list(cls, value: Any) -> Any:
+        """``tasks: [{name: ..., weight: ...}, ...]`` is ``tasks: {mix: [...]}``."""
+        return {"mix": value} if isinstance(value, list) else value

@@ -27,15 +27,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trinity_core.config.buffer_checks import buffer_problems
 from trinity_core.config.errors import ConfigError, ConfigProblem
 from trinity_core.config.layers import EMBEDDED, ConfigLayers, layer_config
 from trinity_core.config.loading import load_config
 from trinity_core.config.models import (
     COMPONENT_KEYS,
-    ResolvedAlgorithmConfig,
-    ResolvedConfig,
     RunConfig,
 )
+from trinity_core.config.resolved import ResolvedAlgorithmConfig, ResolvedConfig
 from trinity_core.registry import ComponentRecord, PluginError, Registry, get_kind, get_registry
 from trinity_core.registry.args import default_problems, validation_problems
 
@@ -319,6 +319,7 @@ def resolve_config(
     if resolved is None:
         raise ConfigError(resolver.problems, config if isinstance(config, str) else None)
     resolver.check(resolved)
+    resolver.problems.extend(buffer_problems(run, resolver.registry))
     if not resolver.problems:
         from trinity_core.hooks import collect_config_problems, get_plugin_manager
 

@@ -6,11 +6,12 @@ the learner are paced and exchange weights), ``critic`` (presets with ``use_crit
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from trinity_core.config.base import Section
+from trinity_core.config.ranges import MAX_THREADS
 
 __all__ = ["CriticConfig", "DataConfig", "LoraSettings", "SynchronizerConfig"]
 
@@ -102,7 +103,9 @@ class SynchronizerConfig(Section):
     of its own that runs ahead freely (at most ``max(sync_offset, 1)`` steps waiting in the link) and
     loads the weights published every ``sync_interval`` learner steps (``method``). Mode ``both`` with
     ``sync_offset > 0`` runs its explorer in a thread, or with ``explorer_process`` in a process of its
-    own that is kept exactly ``sync_offset`` steps ahead (the same weight versions as the thread).
+    own that is kept exactly ``sync_offset`` steps ahead (the same weight versions as the thread). Both
+    process modes run ``explorers`` explorer processes beside any number of learner ranks and machines
+    (docs/modes.md, "Many processes and machines").
     """
 
     sync_interval: int = Field(
@@ -137,12 +140,13 @@ class SynchronizerConfig(Section):
             "Mode both with sync_offset > 0: run the explorer in a process of its own (weights through "
             "method) instead of a thread of the learner's process, still exactly sync_offset steps "
             "ahead. Faster where generation is mostly Python work (small models on CPU), since the two "
-            "parts no longer take turns on the interpreter lock; one learner process only."
+            "parts no longer take turns on the interpreter lock; several with synchronizer.explorers."
         ),
     )
     explorer_threads: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_THREADS,
         description=(
             "torch CPU threads of the explorer while it runs beside the learner (mode async, or mode both "
             "with sync_offset > 0); unset: trainer.threads, else half of torch's threads."
@@ -151,6 +155,7 @@ class SynchronizerConfig(Section):
     learner_threads: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_THREADS,
         description=(
             "torch CPU threads of the learner while the explorer runs beside it (mode async, or mode both "
             "with sync_offset > 0); unset: trainer.threads, else half of torch's threads."
@@ -162,5 +167,30 @@ class SynchronizerConfig(Section):
         description=(
             "Mode async and explorer_process: seconds the learner waits for experiences (buffer empty) or "
             "the explorer for room in the buffer (buffer full) before the run stops with an error."
+        ),
+    )
+    explorers: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Mode async and explorer_process: explorer processes, each generating a fixed share of every "
+            "step's tasks (rollout.prompts_per_step must divide by it); explorer e runs on machine "
+            "e mod machines. Unset: one per machine of the launch (written into config.yaml)."
+        ),
+    )
+    explorer_devices: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        description=(
+            "GPU runs with explorer processes: the CUDA device index of each explorer of a machine, in "
+            "the order of the explorers placed there; they must not be the learner ranks' devices "
+            "(0 .. processes per machine - 1). Unset: each explorer shares the GPU of a learner rank."
+        ),
+    )
+    explorer_restarts: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Mode async and explorer_process: times an explorer process that dies is started again "
+            "(from the current weights, its unfinished steps issued again) before the run stops."
         ),
     )

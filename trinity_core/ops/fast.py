@@ -1,10 +1,12 @@
-"""Opt-in CPU speed kernels: exact replacements for plain torch where a benchmark showed the plain code
-was the bottleneck end to end (``benchmarks/``; figures in ``docs/benchmarks.md``).
+"""Opt-in CPU speed kernels: exact replacements for plain torch, for code that a benchmark shows is the
+bottleneck end to end (``benchmarks/``; figures in ``docs/benchmarks.md``).
 
 Each kernel gives the same bits as the plain expression it names, so a caller can switch between the
 two freely; tests compare them bit for bit. Use the plain code (:func:`trinity_core.ops.select`,
-``torch.where``, ``Tensor.to``) unless a benchmark says otherwise. Nothing here synchronises with the
-host.
+``torch.where``, ``Tensor.to``) unless a benchmark says otherwise: the default path of every shipped
+loss, KL function, advantage function and add strategy calls nothing here (a test asserts it,
+``tests/test_plain_default_path.py``); only the opt-in ``fused=True`` paths do. Nothing here
+synchronises with the host.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trinity_core.ops import fast
 from trinity_core.ops.select import as_bool_mask, select
 
 __all__ = ["masked_mean", "masked_sum", "masked_var", "masked_whiten"]
@@ -62,20 +61,8 @@ def masked_mean(x: Tensor, mask: Tensor, dim: Dim = None, dtype: torch.dtype | N
     float32 ``x``, bitwise that of its float64 copy.
     """
     m = _as_bool_mask(x, mask, "masked_mean")
-    if dtype is not None and _sums_rows_by_block(x, dim, dtype):
-        # Group advantages take float64 means of float32 (N, T) log-probs on every step; a block-wise
-        # conversion avoids a full-size float64 temporary (same bits).
-        total = fast.row_sums(x, m, dtype)
-    else:
-        total = select(x, m).sum(dim=dim, dtype=dtype)
+    total = select(x, m).sum(dim=dim, dtype=dtype)
     return total / _count(m, dim, total.dtype).clamp_min(1)
-
-
-def _sums_rows_by_block(x: Tensor, dim: Dim, dtype: torch.dtype) -> bool:
-    """True for row sums of a 2-D CPU ``x`` in another dtype, without autograd: :func:`fast.row_sums`."""
-    if dtype == x.dtype or x.dim() != 2 or dim not in (-1, 1) or x.device.type != "cpu":
-        return False
-    return not (x.requires_grad and torch.is_grad_enabled())
 
 
 def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:

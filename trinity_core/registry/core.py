@@ -35,6 +35,7 @@ from trinity_core.registry.records import (
     PluginFailure,
     Registration,
 )
+from trinity_core.registry.retired import retired_message
 from trinity_core.registry.shipped import install_hint
 
 __all__ = ["IN_PROCESS", "HookSource", "Registry"]
@@ -208,7 +209,7 @@ class Registry:
         self._pull_hooks()
         providers = self._providers(spec, name)
         if not providers:
-            raise UnknownComponentError(self._unknown_message(spec, name))
+            raise UnknownComponentError(retired_message(spec, name) or self._unknown_message(spec, name))
         if len(providers) > 1:
             infos = tuple(p.entry_point if isinstance(p, ComponentRecord) else p for p in providers)
             raise PluginConflictError(Conflict(spec.kind, name, infos).describe())

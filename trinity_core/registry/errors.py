@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ComponentArgsError",
     "PluginConflictError",
+    "PluginContractError",
     "PluginError",
     "PluginLoadError",
     "UnknownComponentError",
@@ -45,3 +46,9 @@ class ComponentArgsError(PluginError, ValueError):
     def __init__(self, message: str, problems: list[tuple[str, str]]) -> None:
         super().__init__(message)
         self.problems = problems
+
+
+class PluginContractError(PluginError, RuntimeError):
+    """A component broke its contract while a run used it (a task selector returned rows outside the
+    task set, an experience operator returned rows that are not a subset of its input, ...). The message
+    names the component, its distribution and what to do."""

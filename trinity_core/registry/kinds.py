@@ -63,6 +63,9 @@ _KINDS: dict[str, KindSpec] = {
         KindSpec("reward_fn", "trinity_core.reward_fns", "reward function", _must_be_callable),
         KindSpec("task", "trinity_core.tasks", "task set", _must_be_task),
         KindSpec("workflow", "trinity_core.workflows", "workflow", _must_be_workflow),
+        KindSpec("task_selector", "trinity_core.task_selectors", "task selector"),
+        KindSpec("operator", "trinity_core.experience_operators", "experience operator"),
+        KindSpec("priority_fn", "trinity_core.priority_fns", "priority function"),
         KindSpec("tool_parser", "trinity_core.tool_parsers", "tool parser"),
     )
 }

@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["SHIPPED", "catalog", "install_hint"]
+__all__ = ["SHIPPED", "catalog", "install_hint", "install_line", "shipped_distributions"]
 
 SHIPPED: dict[str, dict[str, str]] = {
     "trinity_core.add_strategies": {
@@ -79,6 +79,13 @@ SHIPPED: dict[str, dict[str, str]] = {
         "mix": "trinity-plugin-entropy",
         "none": "trinity-plugin-entropy",
     },
+    "trinity_core.experience_operators": {
+        "drop_truncated": "trinity-plugin-buffer",
+        "dynamic_sampling": "trinity-plugin-buffer",
+        "overlong_penalty": "trinity-plugin-buffer",
+        "reward_clip": "trinity-plugin-buffer",
+        "reward_scale": "trinity-plugin-buffer",
+    },
     "trinity_core.kl_fns": {
         "abs": "trinity-plugin-kl",
         "abs+": "trinity-plugin-kl",
@@ -117,11 +124,19 @@ SHIPPED: dict[str, dict[str, str]] = {
         "sppo": "trinity-plugin-sppo",
         "topr": "trinity-plugin-topr",
     },
+    "trinity_core.priority_fns": {
+        "linear_decay": "trinity-plugin-buffer",
+        "reward_variance": "trinity-plugin-buffer",
+    },
     "trinity_core.reward_fns": {
         "format": "trinity-plugin-math-reward",
         "gsm8k": "trinity-plugin-math-reward",
         "math_verify": "trinity-plugin-math-reward",
         "reasoning_gym_score": "trinity-plugin-reasoning-gym",
+    },
+    "trinity_core.task_selectors": {
+        "difficulty_based": "trinity-plugin-buffer",
+        "offline_easy2hard": "trinity-plugin-buffer",
     },
     "trinity_core.tasks": {
         "frozen_lake": "trinity-plugin-gym",
@@ -156,12 +171,22 @@ def catalog(pyprojects: Iterable[Path]) -> dict[str, dict[str, str]]:
     return {group: dict(sorted(names.items())) for group, names in sorted(out.items())}
 
 
+def shipped_distributions() -> list[str]:
+    """Every distribution under ``plugins/`` of the trinity-core repository, sorted."""
+    return sorted({dist for names in SHIPPED.values() for dist in names.values()})
+
+
+def install_line(dist: str) -> str:
+    """How to install shipped distribution ``dist``: by name, from a wheelhouse, from a checkout."""
+    return (
+        f"pip install {dist} (from a wheelhouse: pip install --find-links dist {dist}; from a checkout: "
+        f"pip install ./plugins/{dist})"
+    )
+
+
 def install_hint(namespace: str, name: str) -> str | None:
     """``'rloo' is provided by trinity-plugin-reinforce: pip install ...``, or ``None`` if not shipped."""
     dist = SHIPPED.get(namespace, {}).get(name)
     if dist is None:
         return None
-    return (
-        f"{name!r} is provided by {dist}, which is not installed: pip install {dist} (from a wheelhouse: "
-        f"pip install --find-links dist {dist}; from a checkout: pip install ./plugins/{dist})."
-    )
+    return f"{name!r} is provided by {dist}, which is not installed: {install_line(dist)}."

@@ -24,7 +24,7 @@ the capabilities a component may declare are described in docs/conformance.md.
 from __future__ import annotations
 
 from trinity_core.testing._core import Check, ConformanceError, Subject, all_checks, check_names, checks_for
-from trinity_core.testing._hostsync import count_host_syncs
+from trinity_core.testing.host_syncs import count_host_syncs
 from trinity_core.testing.suites import (
     AddStrategyConformance,
     AdvantageFnConformance,
@@ -32,9 +32,13 @@ from trinity_core.testing.suites import (
     Case,
     ComponentConformance,
     EntropyLossConformance,
+    ExperienceOperatorConformance,
     KLFnConformance,
     PluginConformance,
     PolicyLossConformance,
+    PriorityFnConformance,
+    TaskConformance,
+    TaskSelectorConformance,
     ToolParserConformance,
     ValueLossConformance,
     WorkflowConformance,
@@ -50,10 +54,14 @@ __all__ = [
     "ComponentConformance",
     "ConformanceError",
     "EntropyLossConformance",
+    "ExperienceOperatorConformance",
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "PriorityFnConformance",
     "Subject",
+    "TaskConformance",
+    "TaskSelectorConformance",
     "ToolParserConformance",
     "ValueLossConformance",
     "WorkflowConformance",

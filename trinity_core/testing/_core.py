@@ -5,11 +5,17 @@ is a function ``check(subject) -> None`` that raises :class:`ConformanceError` (
 fix it). Check modules register their checks with :func:`check`; :func:`checks_for` lists the ones that
 apply to a subject, and :func:`run_check` runs one and turns any failure into a message that names the
 component, its distribution, the check and the fix.
+
+A check may name *preconditions* (``requires=``): checks whose failure makes it meaningless (nothing can
+be called on a component whose ``Args`` defaults do not validate). When one fails, the dependent check is
+skipped with one reason, ``precondition 'X' failed: see that check``, instead of failing with advice about
+something else; only the precondition itself fails.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +33,7 @@ __all__ = [
     "check",
     "check_names",
     "checks_for",
+    "failed_precondition",
     "run_check",
     "skip_check",
 ]
@@ -42,6 +49,10 @@ KIND_TITLES: dict[str, str] = {
     "kl_fn": "KL function",
     "entropy_loss": "entropy loss",
     "value_loss": "value loss",
+    "task": "task set",
+    "task_selector": "task selector",
+    "operator": "experience operator",
+    "priority_fn": "priority function",
     "tool_parser": "tool parser",
 }
 
@@ -130,6 +141,7 @@ class Check:
         func: ``func(subject) -> None``; raises :class:`ConformanceError`.
         applies: further restricts the subjects (e.g. only group computations).
         skippable: whether ``conformance_skip`` may name it.
+        requires: names of the checks that must pass first (see :func:`failed_precondition`).
     """
 
     name: str
@@ -137,12 +149,13 @@ class Check:
     func: Callable[[Subject], None]
     applies: Callable[[Subject], bool] | None = None
     skippable: bool = True
+    requires: tuple[str, ...] = ()
 
     @property
     def summary(self) -> str:
-        """First line of the check function's docstring."""
-        doc = (self.func.__doc__ or "").strip()
-        return doc.splitlines()[0] if doc else self.name
+        """The first paragraph of the check function's docstring, on one line (never cut mid-phrase)."""
+        first = inspect.cleandoc(self.func.__doc__ or "").split("\n\n", 1)[0]
+        return " ".join(first.split()) or self.name
 
     def applies_to(self, subject: Subject) -> bool:
         """Whether this check runs for ``subject``."""
@@ -153,10 +166,13 @@ _CHECKS: dict[str, Check] = {}
 
 
 def check(
-    *kinds: str, applies: Callable[[Subject], bool] | None = None, skippable: bool = True
+    *kinds: str,
+    applies: Callable[[Subject], bool] | None = None,
+    skippable: bool = True,
+    requires: tuple[str, ...] = (),
 ) -> Callable[[Callable[[Subject], None]], Callable[[Subject], None]]:
     """Register the decorated function as a check of ``kinds`` (its name is the function name minus
-    a ``check_`` prefix)."""
+    a ``check_`` prefix); ``requires`` names the checks it depends on (its preconditions)."""
 
     def decorate(func: Callable[[Subject], None]) -> Callable[[Subject], None]:
         name = func.__name__.removeprefix("check_")
@@ -166,7 +182,7 @@ def check(
             raise ValueError(
                 f"conformance check {name!r} is defined in {previous.func.__module__} and {func.__module__}"
             )
-        _CHECKS[name] = Check(name, tuple(kinds), func, applies, skippable)
+        _CHECKS[name] = Check(name, tuple(kinds), func, applies, skippable, tuple(requires))
         return func
 
     return decorate
@@ -183,6 +199,10 @@ _CHECK_MODULES = (
     "add_strategy",
     "algorithm",
     "workflow",
+    "task",
+    "task_selector",
+    "experience_operator",
+    "priority_fn",
     "tool_parser",
 )
 
@@ -215,12 +235,58 @@ def opt_outs(obj: Any) -> dict[str, Any]:
     return dict(declared) if isinstance(declared, Mapping) else {}
 
 
+def _precondition_problem(subject: Subject, pre: Check) -> str | None:
+    """Why ``pre`` fails for ``subject`` (the first line of its problem), or None when it passes or
+    skips; cached in the subject's group, so a precondition runs once however many checks need it."""
+    cache = subject.group.results if subject.group is not None else {}
+    key = f"precondition:{id(subject)}:{pre.name}"
+    if key not in cache:
+        problem: str | None = None
+        try:
+            pre.func(subject)
+        except pytest.skip.Exception:
+            problem = None  # it does not apply to this component; nothing depends on it failing
+        except ConformanceError as exc:
+            problem = exc.problem
+        except Exception as exc:
+            problem = f"calling the component raised {type(exc).__name__}: {exc}"
+        cache[key] = problem
+    found: str | None = cache[key]
+    return None if found is None else (found.strip().splitlines() or [""])[0]
+
+
+def failed_precondition(subject: Subject, chk: Check) -> tuple[str, str] | None:
+    """The first precondition of ``chk`` that fails for ``subject`` (the root cause first: a failing
+    precondition of a precondition is reported as itself), as ``(check name, its problem)``; None when
+    all pass. A precondition that does not apply to the subject, or that it opts out of, does not count."""
+    reasons = opt_outs(subject.obj)
+    for name in chk.requires:
+        pre = _CHECKS.get(name)
+        if pre is None or not pre.applies_to(subject) or (pre.skippable and name in reasons):
+            continue
+        deeper = failed_precondition(subject, pre)
+        if deeper is not None:
+            return deeper
+        problem = _precondition_problem(subject, pre)
+        if problem is not None:
+            return name, problem
+    return None
+
+
 def run_check(subject: Subject, chk: Check) -> None:
-    """Run ``chk`` on ``subject`` inside a test: skip when the component opted out, fail with a message
-    naming the component, its distribution, the check and the fix."""
+    """Run ``chk`` on ``subject`` inside a test: skip when the component opted out or a precondition
+    failed (with that one reason), fail with a message naming the component, its distribution, the check
+    and the fix."""
     reasons = opt_outs(subject.obj)
     if chk.skippable and chk.name in reasons:
         pytest.skip(f"{subject.describe()} opts out of conformance check {chk.name!r}: {reasons[chk.name]}")
+    failed = failed_precondition(subject, chk)
+    if failed is not None:
+        name, problem = failed
+        pytest.skip(
+            f"{subject.describe()}: conformance check {chk.name!r} not run: precondition {name!r} failed: "
+            f"see that check ({problem})"
+        )
     header = f"{subject.describe()} fails conformance check {chk.name!r} ({chk.summary})"
     message = None
     try:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trinity_core.components.micro_batch_loss import own_loss_scale
 from trinity_core.ops import LOSS_AGG_MODES, global_normalizers
 from trinity_core.testing._inputs import loss_inputs
 
@@ -44,10 +45,6 @@ RTOL = 1e-6
 
 EMPTY_ROW = 3
 """The row whose mask is cleared (a sequence with no selected token)."""
-
-NORMALIZERS_HOOK = "conformance_loss_scale"
-"""Class attribute: ``conformance_loss_scale(micro_batches, *, max_tokens, all_reduce)`` builds the
-``loss_scale`` of a loss that needs another type than :class:`~trinity_core.ops.LossScale`."""
 
 
 @dataclass(frozen=True)
@@ -126,9 +123,9 @@ def _rows(inputs: Mapping[str, Any], rows: slice, batch: int) -> dict[str, Any]:
 
 
 def _normalizers(cls: Any, micro: Sequence[Mapping[str, Any]], max_tokens: float, all_reduce: bool) -> Any:
-    hook = getattr(cls, NORMALIZERS_HOOK, None)
-    if callable(hook):
-        return hook(list(micro), max_tokens=max_tokens, all_reduce=all_reduce)
+    own = own_loss_scale(cls, micro, max_tokens=max_tokens, all_reduce=all_reduce)
+    if own is not None:
+        return own
     return global_normalizers([m["action_mask"] for m in micro], max_tokens=max_tokens, all_reduce=all_reduce)
 
 

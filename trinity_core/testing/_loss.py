@@ -15,9 +15,9 @@ import torch
 from torch import Tensor
 
 from trinity_core.testing._core import ConformanceError, Subject
-from trinity_core.testing._hostsync import count_host_syncs
 from trinity_core.testing._inputs import LOSS_INPUT_NAMES, loss_inputs, plant_masked
 from trinity_core.testing.common import runtime_objects
+from trinity_core.testing.host_syncs import count_host_syncs
 
 __all__ = [
     "SEEDS",

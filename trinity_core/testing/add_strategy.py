@@ -13,6 +13,7 @@ from trinity_core.buffer import make_buffer
 from trinity_core.experience import Experience
 from trinity_core.testing._core import ConformanceError, Subject, check
 from trinity_core.testing._inputs import GROUP_SIZE, group_experiences
+from trinity_core.testing.common import BUILT
 
 __all__: list[str] = []
 
@@ -40,7 +41,7 @@ def _check_result(result: Any, what: str) -> tuple[int, dict[str, Any]]:
     return count, metrics
 
 
-@check("add_strategy")
+@check("add_strategy", requires=BUILT)
 def check_add_writes_through_writer(subject: Subject) -> None:
     """add writes the kept experiences through the writer and returns (int, dict)"""
     writer, reader = make_buffer("memory")

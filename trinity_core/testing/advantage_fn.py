@@ -24,7 +24,7 @@ from trinity_core.components import GroupComputation
 from trinity_core.experience import Experience
 from trinity_core.testing._core import ConformanceError, Subject, check
 from trinity_core.testing._inputs import GROUP_SIZE, group_experiences
-from trinity_core.testing.common import runtime_objects
+from trinity_core.testing.common import BUILT, runtime_objects
 
 __all__ = ["ZERO_VARIANCE_POLICIES", "is_group_computation"]
 
@@ -112,7 +112,7 @@ def _preview(values: list[Tensor]) -> str:
     return ", ".join(str([round(v, 5) for v in t.flatten()[:4].tolist()]) for t in values[:2])
 
 
-@check("advantage_fn", "add_strategy", applies=is_group_computation)
+@check("advantage_fn", "add_strategy", applies=is_group_computation, requires=BUILT)
 def check_advantages_are_finite(subject: Subject) -> None:
     """every kept experience gets finite advantages"""
     kept, metrics = _run(subject, _rewards(SEED))
@@ -126,7 +126,7 @@ def check_advantages_are_finite(subject: Subject) -> None:
             )
 
 
-@check("advantage_fn", "add_strategy", applies=is_group_computation)
+@check("advantage_fn", "add_strategy", applies=is_group_computation, requires=BUILT)
 def check_groups_are_independent(subject: Subject) -> None:
     """changing one group's rewards leaves every other group's advantages unchanged"""
     base = _rewards(SEED)
@@ -146,7 +146,7 @@ def check_groups_are_independent(subject: Subject) -> None:
             )
 
 
-@check("advantage_fn", "add_strategy", applies=is_group_computation)
+@check("advantage_fn", "add_strategy", applies=is_group_computation, requires=BUILT)
 def check_permutation_equivariant(subject: Subject) -> None:
     """reordering the members of a group reorders, not changes, their advantages"""
     rewards = _rewards(SEED)
@@ -169,7 +169,7 @@ def check_permutation_equivariant(subject: Subject) -> None:
             )
 
 
-@check("advantage_fn", "add_strategy", applies=is_group_computation)
+@check("advantage_fn", "add_strategy", applies=is_group_computation, requires=BUILT)
 def check_zero_variance_group(subject: Subject) -> None:
     """a group with equal rewards gets exactly 0 (or the declared zero_variance_policy)"""
     policy = getattr(subject.obj, "zero_variance_policy", "zero")
@@ -213,7 +213,7 @@ def _supports_batch(subject: Subject) -> bool:
     return is_group_computation(subject) and bool(getattr(subject.obj, "supports_batch", False))
 
 
-@check("advantage_fn", "add_strategy", applies=_supports_batch)
+@check("advantage_fn", "add_strategy", applies=_supports_batch, requires=BUILT)
 def check_vectorized_matches_per_group(subject: Subject) -> None:
     """process_batch (vectorized) and calculate_group_advantage (per group) give the same result"""
     rewards = _rewards(SEED)

@@ -80,7 +80,7 @@ def check_default_config_is_valid(subject: Subject) -> None:
             raise ConformanceError(f"{key}_args is {args!r}, not a dict", f"set {key}_args to a dict")
 
 
-@check("algorithm")
+@check("algorithm", requires=("default_config_is_valid",))
 def check_named_components_resolve(subject: Subject) -> None:
     """every component the preset names is installed and accepts the preset's arguments"""
     from trinity_core import registry
@@ -136,7 +136,7 @@ def _validate_with_cli(config: Mapping[str, Any]) -> tuple[int, str]:
     return status, (err.getvalue() or out.getvalue()).strip()
 
 
-@check("algorithm")
+@check("algorithm", requires=("named_components_resolve",))
 def check_preset_validates(subject: Subject) -> None:
     """a config naming only the preset resolves and `trinity config validate` accepts it"""
     from trinity_core.config import ConfigError, resolve_config

@@ -1,5 +1,9 @@
 """Checks every component passes: documented, validated arguments; builds on a machine without a GPU;
-honest opt-outs."""
+honest opt-outs; a name no other installed distribution claims.
+
+The checks that call the component name ``builds_without_gpu`` as their precondition (:data:`BUILT`),
+which in turn needs ``args_validate_with_defaults``: a broken ``Args`` default fails one check, and the
+others that would only repeat it are skipped with that reason."""
 
 from __future__ import annotations
 
@@ -11,11 +15,13 @@ from unittest import mock
 import pydantic
 import torch
 
+from trinity_core.registry import kinds
 from trinity_core.registry.args import default_problems
 from trinity_core.testing._core import OPT_OUT_ATTRIBUTE, ConformanceError, Subject, check, check_names
 
 __all__ = [
     "ALL_KINDS",
+    "BUILT",
     "COMPONENT_KINDS",
     "no_gpu",
     "runtime_objects",
@@ -28,10 +34,19 @@ COMPONENT_KINDS = (
     "kl_fn",
     "entropy_loss",
     "value_loss",
+    "task",
+    "task_selector",
+    "operator",
+    "priority_fn",
     "tool_parser",
 )
 """Kinds whose classes take arguments (``Args``); algorithms are presets without arguments."""
 ALL_KINDS = ("algorithm", *COMPONENT_KINDS)
+
+BUILT: tuple[str, ...] = ("builds_without_gpu",)
+"""The precondition of every check that builds the component and calls it."""
+DEFAULTS_VALID: tuple[str, ...] = ("args_validate_with_defaults",)
+"""The precondition of the checks that instantiate ``Args``."""
 
 UNKNOWN_KEY = "conformance_unknown_key"
 """An argument name no component declares; validation must reject it by name."""
@@ -147,7 +162,7 @@ def check_args_reject_unknown_keys(subject: Subject) -> None:
     raise ConformanceError(f"validate_args accepted the unknown key {UNKNOWN_KEY!r}", _ARGS_FIX)
 
 
-@check(*COMPONENT_KINDS)
+@check(*COMPONENT_KINDS, requires=DEFAULTS_VALID)
 def check_default_args_match_args(subject: Subject) -> None:
     """default_args() equals Args().model_dump()"""
     expected = subject.obj.Args().model_dump()
@@ -179,6 +194,12 @@ def runtime_objects(subject: Subject) -> dict[str, Any]:
         from trinity_core.buffer import make_buffer
 
         return {"writer": make_buffer("memory").writer}
+    if subject.kind == "task_selector":
+        return {"size": 8}
+    if subject.kind == "operator":
+        from trinity_core.components import OperatorContext
+
+        return {"context": OperatorContext(group_size=4, max_new_tokens=8)}
     return {}
 
 
@@ -200,7 +221,7 @@ def no_gpu() -> Iterator[None]:
         yield
 
 
-@check(*COMPONENT_KINDS)
+@check(*COMPONENT_KINDS, requires=DEFAULTS_VALID)
 def check_builds_without_gpu(subject: Subject) -> None:
     """from_args builds the component on a machine without a GPU, keeping tensors on the CPU"""
     with no_gpu():
@@ -218,3 +239,22 @@ def check_builds_without_gpu(subject: Subject) -> None:
                     f"attribute {attr!r} holds a tensor on {t.device}",
                     "build on the CPU; compute on the device of each call's inputs",
                 )
+
+
+def _is_registered(subject: Subject) -> bool:
+    return subject.distribution != "<unregistered>"
+
+
+@check(*(spec.kind for spec in kinds()), applies=_is_registered)
+def check_name_is_unique(subject: Subject) -> None:
+    """no other installed distribution registers the same name for this kind"""
+    from trinity_core import registry
+
+    for conflict in registry.conflicts(subject.kind):
+        if conflict.name == subject.name:
+            raise ConformanceError(
+                conflict.describe(),
+                f"rename the entry point in {subject.distribution}'s pyproject.toml (e.g. prefix it with the "
+                f"distribution's name); a shared name makes every `trinity train` that uses "
+                f"{subject.name!r} fail for users who have both installed",
+            )

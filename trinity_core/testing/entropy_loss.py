@@ -12,6 +12,7 @@ from trinity_core.components._aggregation import declared_parameters
 from trinity_core.testing import _loss
 from trinity_core.testing._core import Subject, check
 from trinity_core.testing._inputs import LOSS_INPUT_NAMES
+from trinity_core.testing.common import BUILT
 
 __all__ = ["PROBE"]
 
@@ -32,31 +33,31 @@ PROBE = _loss.LossProbe(
 """How the kit calls an entropy loss."""
 
 
-@check("entropy_loss")
+@check("entropy_loss", requires=BUILT)
 def check_entropy_loss_is_finite(subject: Subject) -> None:
     """the loss is a finite 0-d tensor on random inputs"""
     _loss.check_finite(subject, PROBE)
 
 
-@check("entropy_loss")
+@check("entropy_loss", requires=BUILT)
 def check_entropy_loss_is_differentiable(subject: Subject) -> None:
     """the gradient reaches entropy and is finite"""
     _loss.check_differentiable(subject, PROBE)
 
 
-@check("entropy_loss")
+@check("entropy_loss", requires=BUILT)
 def check_entropy_masked_positions_ignored(subject: Subject) -> None:
     """NaN/inf at masked positions change neither loss, metrics nor gradient"""
     _loss.check_masked_ignored(subject, PROBE)
 
 
-@check("entropy_loss")
+@check("entropy_loss", requires=BUILT)
 def check_entropy_metrics_are_detached_scalars(subject: Subject) -> None:
     """metrics are detached 0-d tensors"""
     _loss.check_detached_metrics(subject, PROBE)
 
 
-@check("entropy_loss")
+@check("entropy_loss", requires=BUILT)
 def check_entropy_no_host_sync(subject: Subject) -> None:
     """the loss call makes no host synchronisation"""
     _loss.check_no_host_sync(subject, PROBE)

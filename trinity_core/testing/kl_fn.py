@@ -12,6 +12,7 @@ from typing import Any
 
 from trinity_core.testing import _loss
 from trinity_core.testing._core import Subject, check
+from trinity_core.testing.common import BUILT
 
 __all__ = ["LOSS_PROBE", "PENALTY_PROBE"]
 
@@ -42,55 +43,55 @@ PENALTY_PROBE = _loss.LossProbe(
 """How the kit calls the KL penalty path."""
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_loss_is_finite(subject: Subject) -> None:
     """the KL loss is a finite 0-d tensor on random inputs"""
     _loss.check_finite(subject, LOSS_PROBE)
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_loss_is_differentiable(subject: Subject) -> None:
     """the gradient of the KL loss reaches logprob and is finite"""
     _loss.check_differentiable(subject, LOSS_PROBE)
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_loss_masked_positions_ignored(subject: Subject) -> None:
     """NaN/inf at masked positions change neither KL loss, metrics nor gradient"""
     _loss.check_masked_ignored(subject, LOSS_PROBE)
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_loss_metrics_are_detached_scalars(subject: Subject) -> None:
     """KL loss metrics are detached 0-d tensors"""
     _loss.check_detached_metrics(subject, LOSS_PROBE)
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_loss_no_host_sync(subject: Subject) -> None:
     """the KL loss call makes no host synchronisation"""
     _loss.check_no_host_sync(subject, LOSS_PROBE)
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_penalty_is_finite(subject: Subject) -> None:
     """penalised rewards are finite at selected positions"""
     _loss.check_finite(subject, PENALTY_PROBE)
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_penalty_masked_positions_ignored(subject: Subject) -> None:
     """NaN/inf at masked positions change neither the selected rewards nor the metrics"""
     _loss.check_masked_ignored(subject, PENALTY_PROBE)
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_penalty_metrics_are_detached_scalars(subject: Subject) -> None:
     """KL penalty metrics are detached 0-d tensors"""
     _loss.check_detached_metrics(subject, PENALTY_PROBE)
 
 
-@check("kl_fn")
+@check("kl_fn", requires=BUILT)
 def check_kl_penalty_no_host_sync(subject: Subject) -> None:
     """the KL penalty call makes no host synchronisation"""
     _loss.check_no_host_sync(subject, PENALTY_PROBE)

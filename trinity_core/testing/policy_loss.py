@@ -11,7 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from trinity_core.testing import _distributed, _invariance, _loss
-from trinity_core.testing._core import ConformanceError, Subject, check, opt_outs, skip_check
+from trinity_core.testing._core import (
+    ConformanceError,
+    Subject,
+    all_checks,
+    check,
+    failed_precondition,
+    opt_outs,
+    skip_check,
+)
+from trinity_core.testing.common import BUILT
 
 __all__ = ["PROBE"]
 
@@ -29,31 +38,31 @@ PROBE = _loss.LossProbe("policy loss __call__", _invoke, _needs)
 """How the kit calls a policy loss."""
 
 
-@check("policy_loss")
+@check("policy_loss", requires=BUILT)
 def check_loss_is_finite(subject: Subject) -> None:
     """the loss is a finite 0-d tensor on random inputs"""
     _loss.check_finite(subject, PROBE)
 
 
-@check("policy_loss")
+@check("policy_loss", requires=BUILT)
 def check_loss_is_differentiable(subject: Subject) -> None:
     """the gradient reaches logprob and is finite"""
     _loss.check_differentiable(subject, PROBE)
 
 
-@check("policy_loss")
+@check("policy_loss", requires=BUILT)
 def check_masked_positions_ignored(subject: Subject) -> None:
     """NaN/inf at masked positions change neither loss, metrics nor gradient"""
     _loss.check_masked_ignored(subject, PROBE)
 
 
-@check("policy_loss")
+@check("policy_loss", requires=BUILT)
 def check_metrics_are_detached_scalars(subject: Subject) -> None:
     """metrics are detached 0-d tensors"""
     _loss.check_detached_metrics(subject, PROBE)
 
 
-@check("policy_loss")
+@check("policy_loss", requires=BUILT)
 def check_no_host_sync(subject: Subject) -> None:
     """the loss call makes no host synchronisation"""
     _loss.check_no_host_sync(subject, PROBE)
@@ -76,7 +85,7 @@ def _declared_variant(subject: Subject, check_name: str) -> None:
         )
 
 
-@check("policy_loss")
+@check("policy_loss", requires=BUILT)
 def check_microbatch_invariant(subject: Subject) -> None:
     """2 micro-batches with global normalizers give the whole-batch gradient (1e-6 relative)"""
     _declared_variant(subject, "microbatch_invariant")
@@ -122,16 +131,21 @@ def _locate(subject: Subject) -> _invariance.LossSpec | str:
 
 
 def _rank_subjects(subject: Subject) -> list[Subject]:
+    """The losses of the test class that the 2-rank run checks: those whose rank_invariant would run
+    (not declared variant, not opted out, preconditions passed: a loss that cannot be built, or whose
+    name clashes, would fail in the children for a reason its own checks already report)."""
+    chk = next(c for c in all_checks() if c.name == "rank_invariant")
     return [
         s
         for s in subject.peers
         if s.kind == "policy_loss"
         and getattr(s.obj, "microbatch_invariant", True)
         and "rank_invariant" not in opt_outs(s.obj)
+        and failed_precondition(s, chk) is None
     ]
 
 
-@check("policy_loss")
+@check("policy_loss", requires=(*BUILT, "name_is_unique"))
 def check_rank_invariant(subject: Subject) -> None:
     """2 gloo ranks (all-reduced normalizers, DDP-averaged gradients) give the whole-batch gradient"""
     _declared_variant(subject, "rank_invariant")

@@ -24,9 +24,13 @@ __all__ = [
     "Case",
     "ComponentConformance",
     "EntropyLossConformance",
+    "ExperienceOperatorConformance",
     "KLFnConformance",
     "PluginConformance",
     "PolicyLossConformance",
+    "PriorityFnConformance",
+    "TaskConformance",
+    "TaskSelectorConformance",
     "ToolParserConformance",
     "ValueLossConformance",
     "WorkflowConformance",
@@ -187,6 +191,31 @@ class WorkflowConformance(ComponentConformance):
     kind = "workflow"
 
 
+class TaskConformance(ComponentConformance):
+    """Conformance of one task set: ``component = "<name>"`` (``args`` for the arguments it cannot do
+    without, e.g. a data file)."""
+
+    kind = "task"
+
+
+class TaskSelectorConformance(ComponentConformance):
+    """Conformance of one task selector: ``component = "<name>"``."""
+
+    kind = "task_selector"
+
+
+class ExperienceOperatorConformance(ComponentConformance):
+    """Conformance of one experience operator: ``component = "<name>"``."""
+
+    kind = "operator"
+
+
+class PriorityFnConformance(ComponentConformance):
+    """Conformance of one replay priority function: ``component = "<name>"``."""
+
+    kind = "priority_fn"
+
+
 class ToolParserConformance(ComponentConformance):
     """Every check for one tool parser: ``component = "<name>"``."""
 
@@ -244,13 +273,9 @@ def distribution_cases(distribution: str, args: Mapping[str, Mapping[str, Any]] 
     try:
         dist = md.distribution(distribution)
     except md.PackageNotFoundError:
-        return [
-            Case(
-                f"{distribution}:installed",
-                problem=f"distribution {distribution!r} is not installed in this environment; install it "
-                f"(pip install -e plugins/{distribution}) or fix the name",
-            )
-        ]
+        from trinity_core.testing._names import not_installed_message
+
+        return [Case(f"{distribution}:installed", problem=not_installed_message(distribution))]
     wanted = registry.normalize_distribution(distribution)
     records = [
         r
@@ -269,7 +294,7 @@ def distribution_cases(distribution: str, args: Mapping[str, Mapping[str, Any]] 
                 f"the entry points are recorded",
             )
         ]
-    cases = clash_cases(distribution)
+    cases: list[Case] = []
     for rec in records:
         if rec.error is not None:
             cases.append(
@@ -287,27 +312,6 @@ def distribution_cases(distribution: str, args: Mapping[str, Mapping[str, Any]] 
     for ep in hooks:
         cases.append(Case(f"hooks:{ep.name}:loads", runner=_hook_runner(distribution, ep)))
     return cases
-
-
-def clash_cases(distribution: str) -> list[Case]:
-    """A failing case per name ``distribution`` shares with another installed provider (any kind).
-
-    A shared name passes its own author's tests but breaks every user's run that resolves it (the
-    registry refuses to pick one), so the kit fails it here, naming both distributions.
-    """
-    from trinity_core import registry
-
-    wanted = registry.normalize_distribution(distribution)
-    return [
-        Case(
-            f"{c.kind}:{c.name}:name_is_unique",
-            problem=f"{c.describe()}\nHow to fix: rename the entry point in {distribution}'s pyproject.toml "
-            f"(e.g. prefix it with the distribution's name); a shared name makes every `trinity train` "
-            f"that uses {c.name!r} fail for users who have both installed",
-        )
-        for c in registry.conflicts()
-        if any(registry.normalize_distribution(p.distribution) == wanted for p in c.providers)
-    ]
 
 
 def _hook_runner(distribution: str, ep: md.EntryPoint) -> Callable[[], None]:

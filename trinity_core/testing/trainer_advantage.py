@@ -22,8 +22,9 @@ from torch import Tensor
 from trinity_core.batch import BATCH_RESPONSE_FIELDS, ExperienceBatch
 from trinity_core.components import TrainerAdvantage
 from trinity_core.testing._core import ConformanceError, Subject, check, skip_check
-from trinity_core.testing._hostsync import count_host_syncs
 from trinity_core.testing._inputs import GROUP_SIZE, group_experiences
+from trinity_core.testing.common import BUILT
+from trinity_core.testing.host_syncs import count_host_syncs
 
 __all__ = ["COLUMNS_HOOK", "INDEPENDENCE_ATTRIBUTE", "is_trainer_advantage", "trainer_batch"]
 
@@ -116,7 +117,7 @@ def _mask(batch: ExperienceBatch) -> Tensor:
     return mask.bool()
 
 
-@check("advantage_fn", applies=is_trainer_advantage)
+@check("advantage_fn", applies=is_trainer_advantage, requires=BUILT)
 def check_trainer_advantages_are_finite(subject: Subject) -> None:
     """advantages and returns are finite (N, R) tensors, 0 outside the response mask; metrics a dict"""
     batch, advantages, returns, metrics = _compute(subject, _rewards(SEED))
@@ -149,7 +150,7 @@ def _differs(a: Tensor, b: Tensor) -> bool:
     return not bool(torch.allclose(a.double(), b.double(), rtol=RTOL, atol=ATOL, equal_nan=True))
 
 
-@check("advantage_fn", applies=is_trainer_advantage)
+@check("advantage_fn", applies=is_trainer_advantage, requires=BUILT)
 def check_trainer_groups_are_independent(subject: Subject) -> None:
     """changing one group's rewards leaves every other group's advantages unchanged"""
     if getattr(subject.obj, INDEPENDENCE_ATTRIBUTE, True) is False:
@@ -178,7 +179,7 @@ def check_trainer_groups_are_independent(subject: Subject) -> None:
             )
 
 
-@check("advantage_fn", applies=is_trainer_advantage)
+@check("advantage_fn", applies=is_trainer_advantage, requires=BUILT)
 def check_trainer_no_host_sync(subject: Subject) -> None:
     """the call makes no host synchronisation (.item(), .tolist(), .cpu(), bool(tensor), ...)"""
     instance = subject.build()

@@ -17,7 +17,7 @@ from trinity_core.ops import LOSS_AGG_MODES, global_normalizers
 from trinity_core.testing import _loss
 from trinity_core.testing._core import ConformanceError, Subject, check
 from trinity_core.testing._inputs import loss_inputs
-from trinity_core.testing.common import runtime_objects
+from trinity_core.testing.common import BUILT, runtime_objects
 
 __all__ = ["PROBE"]
 
@@ -32,37 +32,37 @@ PROBE = _loss.LossProbe("value loss __call__", _invoke, lambda _: list(_POSITION
 """How the kit calls a value loss."""
 
 
-@check("value_loss")
+@check("value_loss", requires=BUILT)
 def check_value_loss_is_finite(subject: Subject) -> None:
     """the loss is a finite 0-d tensor on random inputs"""
     _loss.check_finite(subject, PROBE)
 
 
-@check("value_loss")
+@check("value_loss", requires=BUILT)
 def check_value_loss_is_differentiable(subject: Subject) -> None:
     """the gradient reaches vpreds and is finite"""
     _loss.check_differentiable(subject, PROBE)
 
 
-@check("value_loss")
+@check("value_loss", requires=BUILT)
 def check_value_masked_positions_ignored(subject: Subject) -> None:
     """NaN/inf at masked positions change neither loss, metrics nor gradient"""
     _loss.check_masked_ignored(subject, PROBE)
 
 
-@check("value_loss")
+@check("value_loss", requires=BUILT)
 def check_value_metrics_are_detached_scalars(subject: Subject) -> None:
     """metrics are detached 0-d tensors"""
     _loss.check_detached_metrics(subject, PROBE)
 
 
-@check("value_loss")
+@check("value_loss", requires=BUILT)
 def check_value_no_host_sync(subject: Subject) -> None:
     """the loss call makes no host synchronisation"""
     _loss.check_no_host_sync(subject, PROBE)
 
 
-@check("value_loss")
+@check("value_loss", requires=BUILT)
 def check_value_loss_zero_at_the_returns(subject: Subject) -> None:
     """predictions equal to the returns (and old values equal to both) give loss 0 and gradient 0"""
     instance = subject.build(**runtime_objects(subject))
@@ -99,7 +99,7 @@ def _split_gradient(instance: Any, inputs: dict[str, Tensor], parts: list[slice]
     return grad
 
 
-@check("value_loss")
+@check("value_loss", requires=BUILT)
 def check_value_microbatch_invariant(subject: Subject) -> None:
     """with the step's global normalizers, two micro-batches give the whole batch's gradient (1e-6)"""
     cut = 2

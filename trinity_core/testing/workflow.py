@@ -28,7 +28,7 @@ _TINY = {
 
 def run_workflow(subject: Subject, *, runs: int = 2) -> list[Experience]:
     """The experiences of ``runs`` runs of the subject on its conformance task (tiny model, seeded)."""
-    from trinity_core.train.model import build_char_tokenizer, tiny_model
+    from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
     from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
 
     cls = subject.obj
@@ -88,7 +88,7 @@ def check_workflow_returns_usable_experiences(subject: Subject) -> None:
             )
 
 
-@check("workflow")
+@check("workflow", requires=("workflow_returns_usable_experiences",))
 def check_workflow_ids_are_distinct(subject: Subject) -> None:
     """the experiences of two runs have distinct (run, step) ids, one run per run"""
     exps = run_workflow(subject)

@@ -1,4 +1,4 @@
-"""Everything a run needs before its first step, checked up front: components, task, rewards, model.
+"""The algorithm of a run from its config, checked up front: its components and the reference model.
 
 Bad input fails here with a message naming the config path and a fix, before any training starts.
 """
@@ -10,16 +10,12 @@ from typing import Any
 
 from trinity_core import registry
 from trinity_core.config import ConfigError, ConfigProblem, ResolvedConfig
-from trinity_core.train.model import load_policy, reference_policy
-from trinity_core.train.rewards import RewardFn, load_reward_fns, required_fields
-from trinity_core.train.tasks import Task
+from trinity_core.train.models.policy import load_policy, reference_policy
 
 __all__ = [
     "Components",
     "build_components",
     "build_reference",
-    "build_rewards",
-    "build_task",
     "needs_reference",
 ]
 
@@ -68,6 +64,9 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
     With ``offline`` (mode ``train``) nothing computes advantages: the advantage function and add
     strategy are not built (a loss that reads advantages gets the stored ones), and a KL penalty, which
     rewrites rewards before advantages are computed, is an error.
+
+    Raises:
+        ConfigError: every way the selected components cannot work together, at once.
     """
     alg = config.algorithm
     preset = registry.resolve("algorithm", alg.algorithm_type)
@@ -82,65 +81,17 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
         return registry.create(kind, name, getattr(alg, f"{key}_args"), **runtime)
 
     advantage = add_strategy = None
-    in_trainer = False
     if offline:
-        if alg.kl_penalty_fn not in _OFF:
-            problems.append(
-                ConfigProblem(
-                    "algorithm.kl_penalty_fn",
-                    f"mode 'train' computes no advantages, so KL penalty {alg.kl_penalty_fn!r} (applied to "
-                    "rewards before advantages) has nothing to act on",
-                    hint="set algorithm.kl_penalty_fn to none, or use kl_loss_fn",
-                )
-            )
+        problems += _offline_problems(alg)
     else:
         advantage = make("advantage_fn", "advantage_fn")
         add_strategy = make("add_strategy", "add_strategy", writer=writer)
-        in_trainer = advantage is not None and type(advantage).compute_in_trainer()
-        if advantage is not None and add_strategy is not None:
-            problems.append(
-                ConfigProblem(
-                    "algorithm.add_strategy",
-                    f"both advantage_fn {alg.advantage_fn!r} and add_strategy {alg.add_strategy!r} are set; "
-                    "an add strategy computes advantages itself",
-                    hint="set algorithm.advantage_fn or algorithm.add_strategy to none",
-                )
-            )
-        if advantage is None and add_strategy is None:
-            problems.append(
-                ConfigProblem(
-                    "algorithm.advantage_fn",
-                    "neither an advantage function nor an add strategy is selected: nothing computes "
-                    "advantages",
-                    hint="set algorithm.advantage_fn (e.g. grpo)",
-                )
-            )
-        if alg.kl_penalty_fn not in _OFF and not in_trainer:
-            problems.append(
-                ConfigProblem(
-                    "algorithm.kl_penalty_fn",
-                    "a KL penalty on rewards needs an advantage function that runs in the trainer",
-                    hint="use kl_loss_fn instead, or a trainer-side advantage function",
-                )
-            )
+    in_trainer = advantage is not None and type(advantage).compute_in_trainer()
+    if not offline:
+        problems += _advantage_problems(alg, advantage, add_strategy, in_trainer)
     use_critic = bool(getattr(preset, "use_critic", False)) and not offline
-    if use_critic and alg.value_loss_fn in _OFF:
-        problems.append(
-            ConfigProblem(
-                "algorithm.value_loss_fn",
-                f"preset {alg.algorithm_type!r} trains a critic (use_critic), which needs a value loss",
-                hint="set algorithm.value_loss_fn: clipped, mse (`trinity plugins list --kind value_loss`)",
-            )
-        )
-    if use_critic and not in_trainer:
-        problems.append(
-            ConfigProblem(
-                "algorithm.advantage_fn",
-                f"preset {alg.algorithm_type!r} trains a critic, whose values need an advantage function "
-                "that runs in the trainer and sets returns (GAE)",
-                hint="set algorithm.advantage_fn to ppo",
-            )
-        )
+    if use_critic:
+        problems += _critic_problems(alg, in_trainer)
     if problems:
         raise ConfigError(problems)
     return Components(
@@ -157,53 +108,69 @@ def build_components(config: ResolvedConfig, writer: Any, *, offline: bool = Fal
     )
 
 
-def build_task(config: ResolvedConfig) -> Task:
-    """The task set named in ``tasks.name`` (default ``last_digit``)."""
-    name = config.tasks.name or "last_digit"
-    try:
-        task = registry.create("task", name, config.tasks.args)
-    except registry.ComponentArgsError as exc:
-        raise ConfigError([ConfigProblem("tasks.args", str(exc))]) from None
-    except registry.PluginError as exc:
-        raise ConfigError([ConfigProblem("tasks.name", str(exc))]) from None
-    except ValueError as exc:  # TaskDataError and friends
-        raise ConfigError([ConfigProblem("tasks", str(exc))]) from None
-    return task  # type: ignore[no-any-return]
+def _offline_problems(alg: Any) -> list[ConfigProblem]:
+    """Mode ``train`` computes no advantages: a KL penalty on rewards has nothing to act on."""
+    if alg.kl_penalty_fn in _OFF:
+        return []
+    return [
+        ConfigProblem(
+            "algorithm.kl_penalty_fn",
+            f"mode 'train' computes no advantages, so KL penalty {alg.kl_penalty_fn!r} (applied to "
+            "rewards before advantages) has nothing to act on",
+            hint="set algorithm.kl_penalty_fn to none, or use kl_loss_fn",
+        )
+    ]
 
 
-def build_rewards(config: ResolvedConfig, task: Task) -> tuple[list[str], list[RewardFn], list[float]]:
-    """Reward functions, names and weights; checks that the task provides every field they need."""
-    names = list(config.tasks.reward_fns or task.default_reward_fns)
-    weights = list(config.tasks.reward_weights or [1.0] * len(names))
-    problems: list[ConfigProblem] = []
-    if len(weights) != len(names):
+def _advantage_problems(alg: Any, advantage: Any, add_strategy: Any, in_trainer: bool) -> list[ConfigProblem]:
+    """Exactly one of an advantage function and an add strategy; a KL penalty needs the trainer's."""
+    problems = []
+    if advantage is not None and add_strategy is not None:
         problems.append(
             ConfigProblem(
-                "tasks.reward_weights", f"{len(weights)} weights for {len(names)} reward functions {names}"
+                "algorithm.add_strategy",
+                f"both advantage_fn {alg.advantage_fn!r} and add_strategy {alg.add_strategy!r} are set; "
+                "an add strategy computes advantages itself",
+                hint="set algorithm.advantage_fn or algorithm.add_strategy to none",
             )
         )
-    unknown = sorted(set(config.tasks.reward_fn_args) - set(names))
-    if unknown:
+    if advantage is None and add_strategy is None:
         problems.append(
-            ConfigProblem("tasks.reward_fn_args", f"arguments for reward functions not in use: {unknown}")
-        )
-    try:
-        fns = load_reward_fns(names, config.tasks.reward_fn_args)
-    except registry.PluginError as exc:
-        problems.append(ConfigProblem("tasks.reward_fns", str(exc)))
-        raise ConfigError(problems) from None
-    available = {*task.fields, "truncated"}
-    for name, fn in zip(names, fns, strict=True):
-        missing = [f for f in required_fields(fn) if f not in available]
-        if missing:
-            problems.append(
-                ConfigProblem(
-                    "tasks",
-                    f"reward function {name!r} needs field(s) {missing} but task "
-                    f"{config.tasks.name or 'last_digit'!r} provides {sorted(task.fields)}",
-                    hint="add the column to the dataset or choose another reward function",
-                )
+            ConfigProblem(
+                "algorithm.advantage_fn",
+                "neither an advantage function nor an add strategy is selected: nothing computes advantages",
+                hint="set algorithm.advantage_fn (e.g. grpo)",
             )
-    if problems:
-        raise ConfigError(problems)
-    return names, fns, weights
+        )
+    if alg.kl_penalty_fn not in _OFF and not in_trainer:
+        problems.append(
+            ConfigProblem(
+                "algorithm.kl_penalty_fn",
+                "a KL penalty on rewards needs an advantage function that runs in the trainer",
+                hint="use kl_loss_fn instead, or a trainer-side advantage function",
+            )
+        )
+    return problems
+
+
+def _critic_problems(alg: Any, in_trainer: bool) -> list[ConfigProblem]:
+    """A preset that trains a critic needs a value loss and a trainer-side advantage that sets returns."""
+    problems = []
+    if alg.value_loss_fn in _OFF:
+        problems.append(
+            ConfigProblem(
+                "algorithm.value_loss_fn",
+                f"preset {alg.algorithm_type!r} trains a critic (use_critic), which needs a value loss",
+                hint="set algorithm.value_loss_fn: clipped, mse (`trinity plugins list --kind value_loss`)",
+            )
+        )
+    if not in_trainer:
+        problems.append(
+            ConfigProblem(
+                "algorithm.advantage_fn",
+                f"preset {alg.algorithm_type!r} trains a critic, whose values need an advantage function "
+                "that runs in the trainer and sets returns (GAE)",
+                hint="set algorithm.advantage_fn to ppo",
+            )
+        )
+    return problems

@@ -3,7 +3,7 @@
 The target is a run directory (its ``model`` folder, or a checkpoint with ``step``; the run's
 ``config.yaml`` unless another config is given) or a model folder that ``from_pretrained`` loads (a
 config naming the task and reward functions is then required). The figures are those of
-:func:`~trinity_core.train.evaluation.evaluate_policy`, with the configuration's ``tasks.eval_size``,
+:func:`~trinity_core.train.explorer.evaluation.evaluate_policy`, with the configuration's ``tasks.eval_size``,
 ``tasks.eval_k``, ``tasks.eval_success``, ``rollout`` sampling and ``model.chat_template``.
 """
 
@@ -31,7 +31,7 @@ def _config(
 ) -> Any:
     from trinity_core.config import resolve_config
     from trinity_core.config.loading import read_yaml_mapping
-    from trinity_core.train.checkpoint import CONFIG_FILE
+    from trinity_core.train.checkpoints.commit import CONFIG_FILE
     from trinity_core.train.run import apply_overrides
 
     if config is None and not is_run:
@@ -46,7 +46,7 @@ def _config(
 def _policy(target: Path, is_run: bool, step: int | None, resolved: Any) -> tuple[Any, Any, str]:
     """``(model, tokenizer, what)``: the run's model folder or checkpoint, or the model folder."""
     from trinity_core.train.export import find_checkpoint, load_checkpoint_policy
-    from trinity_core.train.model import load_policy
+    from trinity_core.train.models.policy import load_policy
 
     if is_run and (step is not None or not (target / "model").is_dir()):
         checkpoint = find_checkpoint(target, step)
@@ -75,10 +75,11 @@ def evaluate_target(
         EvalError: a model folder without ``config``, or a target that does not exist.
         ExportError, ModelLoadError, PromptRenderError, RewardError, ConfigError: see their modules.
     """
-    from trinity_core.train.build import build_rewards, build_task
-    from trinity_core.train.checkpoint import CONFIG_FILE, write_json_atomic
-    from trinity_core.train.evaluation import EvalSettings, evaluate_policy
-    from trinity_core.train.prompts import build_prompter
+    from trinity_core.train.checkpoints.commit import CONFIG_FILE, write_json_atomic
+    from trinity_core.train.data.prompts import build_prompter
+    from trinity_core.train.data.rewards import build_rewards
+    from trinity_core.train.data.tasks import build_task
+    from trinity_core.train.explorer.evaluation import EvalSettings, evaluate_policy
 
     path = Path(target)
     if not path.is_dir():

@@ -34,8 +34,8 @@ def find_checkpoint(run_dir: Path, step: int | None) -> Path:
     Raises:
         ExportError: ``run_dir`` is not a run, it has no intact checkpoint, or ``step`` has none.
     """
-    from trinity_core.train import checkpoint as ckpt
-    from trinity_core.train.checkpoint import CONFIG_FILE
+    from trinity_core.train.checkpoints import commit as ckpt
+    from trinity_core.train.checkpoints.commit import CONFIG_FILE
 
     if not (run_dir / CONFIG_FILE).is_file():
         raise ExportError(f"{run_dir}: no {CONFIG_FILE} there; give the directory of a trinity train run")
@@ -64,10 +64,10 @@ def load_checkpoint_policy(run_dir: Path, checkpoint: Path) -> tuple[Any, Any, A
 
     from trinity_core.config import resolve_config
     from trinity_core.config.loading import read_yaml_mapping
-    from trinity_core.train.build import build_task
-    from trinity_core.train.checkpoint import CONFIG_FILE
-    from trinity_core.train.lora import add_lora
-    from trinity_core.train.model import load_policy
+    from trinity_core.train.checkpoints.commit import CONFIG_FILE
+    from trinity_core.train.data.tasks import build_task
+    from trinity_core.train.models.lora import add_lora
+    from trinity_core.train.models.policy import load_policy
 
     config = resolve_config(read_yaml_mapping(run_dir / CONFIG_FILE))
     mcfg = config.model
@@ -219,7 +219,7 @@ def export_checkpoint(
     checkpoint = find_checkpoint(run, step)
     model, tokenizer, config = load_checkpoint_policy(run, checkpoint)
     if merge:
-        from trinity_core.train.lora import is_lora, merged
+        from trinity_core.train.models.lora import is_lora, merged
 
         if not is_lora(model):
             raise ExportError(
@@ -233,7 +233,7 @@ def export_checkpoint(
 
 def _response_budget(config: Any) -> int | None:
     """The trainer's default response budget (the task's), or None when the task cannot be built here."""
-    from trinity_core.train.build import build_task
+    from trinity_core.train.data.tasks import build_task
 
     try:
         return build_task(config).max_response_tokens()

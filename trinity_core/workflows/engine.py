@@ -2,8 +2,8 @@
 
 A request is a list of encoded prompts with ``n`` responses each and its sampling settings; the engine
 samples all requests with equal settings in **one** call of
-:func:`trinity_core.train.rollout.sample_padded` (rows in request order, each prompt repeated ``n``
-times, exactly as :func:`~trinity_core.train.rollout.generate` lays out a step) and hands every request
+:func:`trinity_core.lm.sampling.sample_padded` (rows in request order, each prompt repeated ``n``
+times, exactly as :func:`~trinity_core.lm.sampling.generate` lays out a step) and hands every request
 its responses as single-turn :class:`Experience` objects.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from trinity_core.experience import Experience
-from trinity_core.train.rollout import Rollout, encode_prompts, pad_rows, sample_padded
+from trinity_core.lm.sampling import Rollout, encode_prompts, pad_rows, sample_padded
 
 __all__ = ["SAMPLING_KEYS", "GenerationEngine", "Request"]
 
-SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "greedy")
+SAMPLING_KEYS = ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "greedy")
 """Sampling settings a call may override (``max_tokens``, Trinity-RFT's name, means ``max_new_tokens``)."""
 
 

@@ -1,7 +1,8 @@
 """Both presets train end to end against a teacher (``model.teacher_path``) made by a short SFT run.
 
 The teacher is made the way docs/training.md shows for the embedded default: the task's answers stored
-as experiences (:func:`trinity_core.train.teacher.write_answer_experiences`), then a ``mode: train`` run
+as experiences (:func:`trinity_core.train.data.pairs.write_answer_experiences`), then a
+``mode: train`` run
 of the ``sft`` preset; its ``model/`` folder is the teacher.
 """
 
@@ -15,7 +16,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from trinity_core.config import ConfigError
 from trinity_core.train import train
-from trinity_core.train.teacher import write_answer_experiences
+from trinity_core.train.data.pairs import write_answer_experiences
 
 MODEL: dict[str, Any] = {
     "config": {

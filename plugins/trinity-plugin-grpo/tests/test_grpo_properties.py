@@ -12,7 +12,7 @@ from trinity_plugin_grpo import GRPOGroupedAdvantage
 from trinity_plugin_grpo.kernel import grpo_scores
 
 from trinity_core.batch import ExperienceBatch
-from trinity_core.testing._hostsync import count_host_syncs
+from trinity_core.testing.host_syncs import count_host_syncs
 
 # Rewards on a quarter grid make ties (zero-variance groups, equal log-probs) frequent and exact;
 # free floats cover the general case.

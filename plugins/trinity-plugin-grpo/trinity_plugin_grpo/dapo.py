@@ -20,10 +20,21 @@ class DAPOAlgorithm(AlgorithmPreset):
     balancing allowed, ``experience`` schema. Defaults: 16 responses per task, advantage ``grpo``, policy
     loss ``ppo``, no KL penalty, no KL loss, the default entropy term.
 
-    As in trinity-rft, the DAPO-specific parts are configured by the user, not by the preset: clip
-    higher (``policy_loss_fn_args``, e.g. ``clip_range_low: 0.2, clip_range_high: 0.28`` as in the
-    paper), token-level loss (``loss_agg_mode: token-mean``, the default), dynamic sampling (``grpo``'s
-    ``std_threshold: 0.0`` drops zero-variance groups) and overlong reward shaping (a reward function).
+    As in trinity-rft, the DAPO-specific parts are configured by the user, not by the preset. DAPO as
+    the paper runs it (trinity-plugin-buffer provides the two operators; its ``tests/test_dapo_run.py``
+    trains this)::
+
+        algorithm:
+          algorithm_type: dapo
+          policy_loss_fn_args: {clip_range_low: 0.2, clip_range_high: 0.28}   # clip-higher
+        rollout:
+          experience_pipeline:
+            - {name: dynamic_sampling, args: {max_extra_rounds: 3}}  # drop groups without signal and
+                                                                     # sample more prompts to refill
+            - {name: overlong_penalty, args: {cache_length: 4}}      # soft length penalty, after it
+
+    Token-level loss is ``loss_agg_mode: token-mean``, the default. ``grpo``'s ``std_threshold: 0.0``
+    also drops zero-variance groups, but the step then trains on fewer groups (no over-sampling).
 
     Its configuration rules reject a trainer-side advantage function and, since there is no reference
     model, a KL loss or KL penalty other than ``none``.

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from trinity_plugin_gym import FrozenLakeTask, GymWorkflow
 
-from trinity_core.train.model import build_char_tokenizer, tiny_model
+from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
 from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
 
 TINY = {

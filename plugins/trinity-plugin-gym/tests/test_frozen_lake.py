@@ -8,7 +8,7 @@ import torch
 from gym_support import TINY, random_policy_success
 from trinity_plugin_gym import FrozenLakeAdapter, FrozenLakeTask, GymWorkflow
 
-from trinity_core.train.model import build_char_tokenizer, tiny_model
+from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
 from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
 
 

@@ -9,7 +9,7 @@ import torch
 from pydantic import Field
 
 from trinity_core.components import ComponentArgs
-from trinity_core.train.tasks import Task
+from trinity_core.train.data.tasks import Task
 from trinity_plugin_gym.adapters import FrozenLakeAdapter
 
 __all__ = ["FrozenLakeTask", "start_prompt"]

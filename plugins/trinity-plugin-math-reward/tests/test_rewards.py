@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from trinity_core import registry
 from trinity_core.registry import PluginError
-from trinity_core.train.rewards import combine_rewards, load_reward_fns, required_fields
+from trinity_core.train.data.rewards import combine_rewards, load_reward_fns, required_fields
 
 
 def score(name: str, completions: list[str], args: dict[str, Any] | None = None, **columns: Any) -> list[Any]:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from trinity_core.components.base import Component, ComponentArgs
-from trinity_core.train.rewards import Completion, completion_text
+from trinity_core.train.data.rewards import Completion, completion_text
 
 __all__ = ["DEFAULT_PATTERN", "FormatReward"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trinity_core.train.rewards import Completion, completion_text
+from trinity_core.train.data.rewards import Completion, completion_text
 from trinity_plugin_math_reward.numbers import final_number
 
 __all__ = ["gsm8k"]

@@ -12,10 +12,9 @@ from transformers import AutoModelForCausalLM
 
 from trinity_core import registry
 from trinity_core.train import train
-from trinity_core.train.expert import pair_experiences
-from trinity_core.train.model import load_policy
-from trinity_core.train.teacher import write_answer_experiences
-from trinity_core.train.update import response_logprobs
+from trinity_core.train.data.pairs import pair_experiences, write_answer_experiences
+from trinity_core.train.learner.logprobs import response_logprobs
+from trinity_core.train.models.policy import load_policy
 
 MODEL: dict[str, Any] = {
     "config": {

@@ -104,10 +104,10 @@ class MixedPolicyLoss(PolicyLossFn):
         self.sft_loss_fn = self.make_sft_loss(self.sft_mode)
 
     @classmethod
-    def conformance_loss_scale(
+    def build_loss_scale(
         cls, micro_batches: list[dict[str, Any]], *, max_tokens: float, all_reduce: bool
     ) -> MixLossScale:
-        """The ``loss_scale`` the conformance kit passes in its invariance checks: a plain
+        """The ``loss_scale`` of a step (the learner's and the conformance kit's): a plain
         :class:`~trinity_core.ops.LossScale` counts both subsets together, so these losses need
         :func:`~trinity_plugin_mix.loss_scale.mix_normalizers` over the micro-batches' masks."""
         return mix_normalizers(

@@ -1,15 +1,11 @@
-"""The per-token part of the PPO loss with its derivative, in one pass and without an autograd graph.
+"""The ``fused=True`` path of the PPO loss: the per-token terms with their derivative, in one pass and
+without an autograd graph, compiled by ``torch.compile`` into one C++ loop (:data:`PPO_KERNEL`).
 
-:func:`ppo_token_terms` runs eagerly (the default path of ``PPOPolicyLossFn``) or compiled by
-``torch.compile`` into one C++ loop (``fused=True``, :data:`PPO_KERNEL`). The derivative is the one
-autograd takes through the reference's formula, including its conventions at ties: ``torch.maximum`` /
-``torch.minimum`` split the gradient in halves between equal operands; ``clamp`` passes it on
-``[lo, hi]`` inclusive.
-
-It selects and converts masks with the exact kernels of :mod:`trinity_core.ops.fast` (bit-for-bit
-``torch.where`` and ``Tensor.to``): with plain ``torch.where`` the default eager path misses its speed
-target against trinity-rft 0.6.0 on CPU (``benchmarks/bench_losses.py``). Under ``torch.compile``
-they are plain ``torch.where``.
+The default path of ``PPOPolicyLossFn`` does not use this module: it writes the formula in plain torch
+and lets autograd differentiate it. The derivative here is the one autograd takes through that formula,
+including its conventions at ties: ``torch.maximum`` / ``torch.minimum`` split the gradient in halves
+between equal operands; ``clamp`` passes it on ``[lo, hi]`` inclusive. Tests compare the two paths in
+value and gradient.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from typing import Final
 import torch
 from torch import Tensor
 
-from trinity_core.ops.fast import as_float, bit_choose, bit_select, mask_bits
 from trinity_core.ops.fused import CompiledKernel, as_flags
 
 __all__ = ["PPO_KERNEL", "SEQUENCE_KL_EPS", "ppo_token_terms"]
@@ -30,7 +25,7 @@ SEQUENCE_KL_EPS: Final[float] = 1e-10
 
 def _tie_weight(first: Tensor, second: Tensor, dtype: torch.dtype) -> Tensor:
     """``1`` where ``first > second``, ``0.5`` where equal, ``0`` below: the share of ``max``'s gradient."""
-    return as_float(first > second, dtype) + 0.5 * as_float(first == second, dtype)
+    return (first > second).to(dtype) + 0.5 * (first == second).to(dtype)
 
 
 def ppo_token_terms(
@@ -62,45 +57,44 @@ def ppo_token_terms(
     """
     dtype = torch.promote_types(logprob.dtype, torch.float32)
     mask, mask_f = as_flags(mask, dtype)
-    bits = None if torch.compiler.is_compiling() else mask_bits(mask, dtype)
-    raw = bit_select(logprob.to(dtype) - old_logprob.to(dtype), mask, bits)
+    zero = torch.zeros((), dtype=dtype, device=logprob.device)
+    raw = torch.where(mask, logprob.to(dtype) - old_logprob.to(dtype), zero)
     delta = raw.clamp(-log_ratio_clamp, log_ratio_clamp)
     ratio = torch.exp(delta)
-    neg_adv = -bit_select(advantages.to(dtype), mask, bits)
+    neg_adv = -torch.where(mask, advantages.to(dtype), zero)
     negative = neg_adv > 0
     loss1 = neg_adv * ratio
     clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss2 = neg_adv * clipped_ratio
     clipped = torch.maximum(loss1, loss2)
     loss3 = neg_adv * clip_ratio_c
-    per_token = bit_choose(negative, torch.minimum(clipped, loss3), clipped)
+    per_token = torch.where(negative, torch.minimum(clipped, loss3), clipped)
 
     # ∂C1/∂r: ℓ1's share of the max times −A, plus ℓ2's share times −A inside the clip range.
     w1 = _tie_weight(loss1, loss2, dtype)
     w2 = _tie_weight(loss2, loss1, dtype)
-    d_ratio = neg_adv * (w1 + w2 * as_float(clipped_ratio == ratio, dtype))
+    d_ratio = neg_adv * (w1 + w2 * (clipped_ratio == ratio).to(dtype))
     # Dual clip: min(C1, ℓ3) passes C1's gradient below ℓ3, half at a tie; A >= 0 passes all of it.
-    negative_f = as_float(negative, dtype)
+    negative_f = negative.to(dtype)
     dual = _tie_weight(loss3, clipped, dtype)
     d_ratio = d_ratio * (1.0 + negative_f * (dual - 1.0))
-    local_grad = d_ratio * ratio * as_float(delta == raw, dtype)
+    local_grad = d_ratio * ratio * (delta == raw).to(dtype)
 
     row_count = mask_f.sum(dim=-1)
     # Row sums first, so a compiler fuses every reduction into one pass over the (B, T) inputs.
     counts = [
-        as_float(loss2 > loss1, dtype).sum(dim=-1),
-        (as_float(clipped > loss3, dtype) * negative_f).sum(dim=-1),
+        (loss2 > loss1).to(dtype).sum(dim=-1),
+        ((clipped > loss3).to(dtype) * negative_f).sum(dim=-1),
         -delta.sum(dim=-1),
     ]
     if sequence_kl_threshold is not None:
         row_kl = (-delta).sum(dim=-1) / (row_count + SEQUENCE_KL_EPS)
         drop = negative & (row_kl > sequence_kl_threshold).unsqueeze(-1)
-        zero = torch.zeros((), dtype=dtype, device=per_token.device)
-        per_token = bit_choose(drop, zero.expand_as(per_token), per_token)
-        keep_f = 1.0 - as_float(drop, dtype)
+        per_token = torch.where(drop, zero, per_token)
+        keep_f = 1.0 - drop.to(dtype)
         local_grad = local_grad * keep_f
-        nonempty = as_float(row_count > 0, dtype)
-        counts += [as_float(drop, dtype).sum(dim=-1), row_kl * nonempty, nonempty]
+        nonempty = (row_count > 0).to(dtype)
+        counts += [drop.to(dtype).sum(dim=-1), row_kl * nonempty, nonempty]
     return per_token.sum(dim=-1), row_count, local_grad, torch.stack(counts).sum(dim=-1)
 
 

@@ -9,10 +9,10 @@ from pydantic import Field
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, LossAggMode, PolicyLossFn
-from trinity_core.ops import LOG_RATIO_CLAMP, as_bool_mask, compute_dtype
+from trinity_core.ops import LOG_RATIO_CLAMP, as_bool_mask, compute_dtype, masked_mean, policy_inputs
 from trinity_core.ops.fast import as_float
 from trinity_core.ops.fused import rows_with_gradient
-from trinity_plugin_ppo._kernel import PPO_KERNEL, SEQUENCE_KL_EPS, ppo_token_terms
+from trinity_plugin_ppo._kernel import PPO_KERNEL, SEQUENCE_KL_EPS
 
 __all__ = ["DEFAULT_CLIP_RANGE", "SEQUENCE_KL_EPS", "PPOArgs", "PPOPolicyLossFn"]
 
@@ -106,10 +106,12 @@ class PPOPolicyLossFn(PolicyLossFn):
     the selected tokens) and ``seq_mask/mean_sequence_kl`` (mean ``kl_b`` over rows with a selected
     token).
 
-    Computation: the per-token terms and their derivative are computed in one pass with no autograd
-    graph (``_kernel``); backward is one multiply. ``fused=True`` compiles that pass with
-    ``torch.compile`` into a single loop (first call per shape compiles; without a C++ compiler it runs
-    eagerly with a warning); it agrees with the default path to float rounding.
+    Computation: the default path is the formula above in plain torch (``torch.where``, ``maximum``,
+    ``minimum``, ``clamp``), reduced with ``self.aggregate`` and differentiated by autograd.
+    ``fused=True`` computes the per-token terms and their derivative in one pass compiled by
+    ``torch.compile`` (``_kernel``; first call per shape compiles; without a C++ compiler it runs eagerly
+    with a warning), backward is one multiply; it equals the default path in value and gradient up to
+    float rounding (property tests in ``tests/test_ppo_fused.py``).
 
     Differences from the reference (trinity-rft 0.6.0): ``default_args()`` equals the constructor's
     defaults (``clip_range`` None resolving to 0.2, instead of a ``default_args`` of 0.2 and an
@@ -163,7 +165,6 @@ class PPOPolicyLossFn(PolicyLossFn):
             action_mask: ``(B, T)``, True / non-zero on the tokens that count.
             advantages: ``(B, T)`` (or broadcastable) advantages.
         """
-        mask = as_bool_mask(action_mask)
         if self.fallback_to_policy_gradient:
             old_logprob = logprob.detach()
         elif old_logprob is None:
@@ -171,14 +172,50 @@ class PPOPolicyLossFn(PolicyLossFn):
                 f"policy loss {type(self).name()!r}: old_log_probs is None; the PPO ratio needs the "
                 "sampling policy's log-probs (or set fallback_to_policy_gradient=True for plain PG)"
             )
-        kernel = PPO_KERNEL if self.fused else ppo_token_terms
+        if self.fused:
+            return self._fused(logprob, old_logprob, action_mask, advantages)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        mask, log_ratio, ratio = inputs.mask, inputs.log_ratio, inputs.ratio
+        # Policy loss: the clipped surrogate, then the dual clip for negative advantages.
+        neg_adv = -inputs.advantages
+        loss1 = neg_adv * ratio
+        loss2 = neg_adv * ratio.clamp(1.0 - self.clip_range_low, 1.0 + self.clip_range_high)
+        clipped = torch.maximum(loss1, loss2)
+        loss3 = neg_adv * self.clip_ratio_c
+        negative = inputs.advantages < 0
+        per_token = torch.where(negative, torch.minimum(clipped, loss3), clipped)
+        if self.enable_sequence_masking:
+            with torch.no_grad():
+                row_count = mask.sum(dim=-1).to(inputs.dtype)
+                row_kl = -log_ratio.sum(dim=-1) / (row_count + SEQUENCE_KL_EPS)
+                drop = negative & (row_kl > self.delta_sequence_masking).unsqueeze(-1)
+                nonempty = row_count > 0
+            per_token = torch.where(drop, 0.0, per_token)
+        loss = self.aggregate(per_token, mask)
+        metrics: dict[str, Tensor] = {}
         with torch.no_grad():
-            row_loss, row_count, local_grad, stats = kernel(
+            metrics["pg_clipfrac"] = masked_mean((loss2 > loss1).to(inputs.dtype), mask)
+            metrics["pg_clipfrac_lower"] = masked_mean((negative & (clipped > loss3)).to(inputs.dtype), mask)
+            metrics["ppo_kl"] = masked_mean(-log_ratio, mask)
+            if self.enable_sequence_masking:
+                metrics["seq_mask/masked_tokens"] = masked_mean(drop.to(inputs.dtype), mask)
+                metrics["seq_mask/mean_sequence_kl"] = masked_mean(row_kl, nonempty)
+            metrics["pg_loss"] = loss.detach()
+        return loss, metrics
+
+    def _fused(
+        self, logprob: Tensor, old_logprob: Tensor, action_mask: Tensor, advantages: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``fused=True``: the per-token terms and their derivative in one compiled pass (:data:`PPO_KERNEL`),
+        backward one multiply; equal to the plain path up to float rounding."""
+        mask = as_bool_mask(action_mask)
+        with torch.no_grad():
+            row_loss, row_count, local_grad, stats = PPO_KERNEL(
                 logprob.detach(),
                 old_logprob.detach(),
                 advantages.detach(),
                 # Compiled kernels read a float mask faster than a bool one.
-                as_float(mask, compute_dtype(logprob)) if self.fused else mask,
+                as_float(mask, compute_dtype(logprob)),
                 self.clip_range_low,
                 self.clip_range_high,
                 self.clip_ratio_c,

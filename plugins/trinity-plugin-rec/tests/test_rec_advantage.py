@@ -14,9 +14,9 @@ from rec_support import key, make_group_exps, python_rec, scores
 from trinity_plugin_rec import RECGroupedAdvantage
 
 from trinity_core.batch import ExperienceBatch
+from trinity_core.lm.sampling import Rollout
 from trinity_core.testing import count_host_syncs
-from trinity_core.train.experiences import rollout_batch
-from trinity_core.train.rollout import Rollout
+from trinity_core.train.explorer.experiences import rollout_batch
 
 EPS = 1e-6
 BOTH_PATHS = pytest.mark.parametrize("path", ["process_vectorized", "process_per_group"])

@@ -1,12 +1,21 @@
-"""``SAPOPolicyLossFn(fused=True)``: the compiled kernel agrees with the eager path to 1e-6 relative on
-loss, gradient and metrics, without host syncs."""
+"""``SAPOPolicyLossFn(fused=True)`` against the default path (plain torch, autograd): the compiled kernel
+agrees to 1e-6 relative on loss, gradient and metrics without host syncs; property tests over random
+shapes, masks, temperatures, modes and dtypes hold the fused path equal to the plain one in value and
+gradient (tolerances below)."""
 
 from __future__ import annotations
 
-import torch
-from trinity_plugin_sapo import SAPOPolicyLossFn
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from trinity_core.testing._hostsync import count_host_syncs
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trinity_plugin_sapo import SAPOPolicyLossFn
+from trinity_plugin_sapo._kernel import SAPO_KERNEL
+
+from trinity_core.ops import aggregate_loss, global_normalizers
+from trinity_core.testing.host_syncs import count_host_syncs
 
 
 def inputs(seed: int, b: int = 8, t: int = 48) -> dict[str, torch.Tensor]:
@@ -21,9 +30,11 @@ def inputs(seed: int, b: int = 8, t: int = 48) -> dict[str, torch.Tensor]:
     }
 
 
-def run(fn: SAPOPolicyLossFn, x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict, torch.Tensor]:
+def run(
+    fn: SAPOPolicyLossFn, x: dict[str, torch.Tensor], **extra: object
+) -> tuple[torch.Tensor, dict, torch.Tensor]:
     lp = x["log_prob"].clone().requires_grad_(True)
-    loss, metrics = fn(lp, **{k: v for k, v in x.items() if k != "log_prob"})
+    loss, metrics = fn(lp, **{k: v for k, v in x.items() if k != "log_prob"}, **extra)
     loss.backward()
     assert lp.grad is not None
     return loss.detach(), metrics, lp.grad
@@ -94,3 +105,123 @@ def test_fused_large_temperatures_stay_finite() -> None:
         assert all(bool(torch.isfinite(v)) for v in metrics.values())
     torch.testing.assert_close(fused[0], eager[0], rtol=1e-6, atol=1e-30)
     torch.testing.assert_close(fused[2], eager[2], rtol=1e-6, atol=1e-30)
+
+
+# Property tests: the fused path against the default (plain autograd) path.
+#
+# The kernel takes the temperatures as Python floats, so torch.compile recompiles (seconds) for every new
+# shape or constant. The properties over random shapes, temperatures and dtypes therefore run the
+# kernel's own function eagerly (the code the compiler compiles, with its hand-written derivative); the
+# compiled kernel is checked on random data at the one shape and set of constants of the tests above.
+#
+# Tolerances: float64 agrees to 1e-11 relative, float32 to 2e-5 relative, each with an absolute floor of
+# the same factor times the natural scale (loss: the aggregate of |A|·4/τ_pos, which bounds every
+# per-token term; gradient: its largest element). The paths sum in different orders and the kernel takes
+# exp as exp2 (relative error up to |δ·log2 e| ulps, δ up to 20). Per gradient element there is one more
+# allowance, 4 ulps of 1 times 4·max(r, 1)·|A|·c_b (c_b the aggregation weight of the row): autograd
+# differentiates the gate's sigmoid as σ(x)·(1 − σ(x)), whose 1 − σ(x) has an absolute error of half an
+# ulp of 1 (large relative error where σ(x) is close to 1), where the kernel takes σ(x)·σ(−x).
+
+MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum"]
+TOLERANCE = {torch.float32: 2e-5, torch.float64: 1e-11}
+
+
+@contextmanager
+def eager_kernel() -> Iterator[None]:
+    """Run :data:`SAPO_KERNEL`'s function without compiling it, for the duration of the block."""
+    previous = SAPO_KERNEL.compiled
+    SAPO_KERNEL.compiled = False
+    try:
+        yield
+    finally:
+        SAPO_KERNEL.compiled = previous
+
+
+def random_inputs(seed: int, b: int, t: int, dtype: torch.dtype, density: float) -> dict[str, torch.Tensor]:
+    """Inputs with random holes in the mask (rows may be empty), NaN stored at masked positions, and
+    log-ratios drawn per token from three scales: near on policy, across the gate, across the ±20 clamp."""
+    g = torch.Generator().manual_seed(seed)
+    old = -3.0 * torch.rand(b, t, generator=g, dtype=dtype)
+    mask = torch.rand(b, t, generator=g) < density
+    scale = torch.tensor([0.05, 1.0, 25.0], dtype=dtype)[torch.randint(0, 3, (b, t), generator=g)]
+    logprob = old + scale * torch.randn(b, t, generator=g, dtype=dtype)
+    logprob = torch.where(mask, logprob, torch.nan)
+    return {
+        "log_prob": logprob,
+        "old_log_probs": old,
+        "response_mask": mask,
+        "advantages": torch.randn(b, t, generator=g, dtype=dtype),
+    }
+
+
+def sigmoid_rounding(x: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+    """Per element, ``4·eps·4·max(r, 1)·|A|·c_b``: the rounding of autograd's sigmoid derivative."""
+    mask, t = x["response_mask"], x["response_mask"].shape[1]
+    dtype = x["old_log_probs"].dtype
+    ratio = torch.where(mask, x["log_prob"] - x["old_log_probs"], 0.0).clamp(-20, 20).exp()
+    per_token = torch.zeros(mask.shape, dtype=dtype, requires_grad=True)
+    (weights,) = torch.autograd.grad(aggregate_loss(per_token, mask, mode, max_tokens=t), per_token)
+    adv = torch.where(mask, x["advantages"], 0.0).abs()
+    return 4 * torch.finfo(dtype).eps * 4.0 * ratio.clamp_min(1) * adv * weights.abs()
+
+
+def assert_paths_agree(
+    plain: tuple[torch.Tensor, dict, torch.Tensor],
+    fused: tuple[torch.Tensor, dict, torch.Tensor],
+    tol: float,
+    loss_scale: float,
+    rounding: torch.Tensor | float = 0.0,
+) -> None:
+    """Loss, gradient and every metric of the two paths agree within ``tol`` and, per gradient element,
+    ``rounding`` (see the tolerances above)."""
+    torch.testing.assert_close(fused[0], plain[0], rtol=tol, atol=tol * loss_scale)
+    assert torch.isfinite(plain[2]).all()
+    grad_scale = float(plain[2].abs().max()) if plain[2].numel() else 0.0
+    allowed = tol * grad_scale + tol * plain[2].abs() + rounding
+    excess = (fused[2] - plain[2]).abs() - allowed
+    assert bool((excess <= 0).all()), (
+        f"gradients differ by up to {float((fused[2] - plain[2]).abs().max()):.3g} "
+        f"(over the allowance by {float(excess.max()):.3g})"
+    )
+    assert fused[1].keys() == plain[1].keys()
+    for key, value in plain[1].items():
+        scale = loss_scale if key == "sapo_loss" else 4.0 * max(1.0, float(value.abs()))
+        torch.testing.assert_close(fused[1][key], value, rtol=tol, atol=tol * scale, msg=key)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    b=st.integers(1, 6),
+    t=st.integers(1, 16),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    density=st.floats(0.0, 1.0),
+    tau_pos=st.floats(0.05, 10.0),
+    tau_extra=st.floats(0.0, 10.0),
+    mode=st.sampled_from(MODES),
+)
+def test_fused_kernel_equals_the_plain_path_in_value_and_gradient(
+    seed: int, b: int, t: int, dtype: torch.dtype, density: float, tau_pos: float, tau_extra: float, mode: str
+) -> None:
+    x = random_inputs(seed, b, t, dtype, density)
+    args: dict = {"tau_pos": tau_pos, "tau_neg": tau_pos + tau_extra, "loss_agg_mode": mode}
+    mask = x["response_mask"]
+    loss_scale = float(aggregate_loss(x["advantages"].abs() * 4.0 / tau_pos, mask, mode, max_tokens=t))
+    normalizers = global_normalizers(mask, max_tokens=t)
+    plain = run(SAPOPolicyLossFn(**args), x, loss_scale=normalizers)
+    with eager_kernel():
+        fused = run(SAPOPolicyLossFn(fused=True, **args), x, loss_scale=normalizers)
+    assert_paths_agree(plain, fused, TOLERANCE[dtype], loss_scale, sigmoid_rounding(x, mode))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), density=st.floats(0.0, 1.0))
+def test_compiled_kernel_equals_the_plain_path_on_random_data(seed: int, density: float) -> None:
+    # The shape and constants of test_fused_agrees_with_eager_without_host_syncs: one compilation.
+    x = random_inputs(seed, 8, 48, torch.float32, density)
+    x["advantages"] = x["advantages"][:, :1].expand(8, 48)
+    plain = run(SAPOPolicyLossFn(), x)
+    fused = run(SAPOPolicyLossFn(fused=True), x)
+    loss_scale = float(aggregate_loss(x["advantages"].abs() * 4.0, x["response_mask"]))
+    rounding = sigmoid_rounding(x, "token-mean")
+    assert_paths_agree(plain, fused, TOLERANCE[torch.float32], loss_scale, rounding)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from trinity_plugin_sapo import SAPOPolicyLossFn
 
 from trinity_core.ops import global_normalizers
-from trinity_core.testing._hostsync import count_host_syncs
+from trinity_core.testing.host_syncs import count_host_syncs
 
 
 def sigmoid(x: float) -> float:

@@ -1,18 +1,12 @@
-"""The per-token part of the SAPO loss with its derivative, in one pass and without an autograd graph.
+"""The ``fused=True`` path of the SAPO loss: the per-token terms with their derivative and the metric
+sums, in one pass and without an autograd graph, compiled by ``torch.compile`` (:data:`SAPO_KERNEL`).
 
-Two implementations of one contract (see :func:`sapo_eager_terms`):
-
-* :func:`sapo_eager_terms`, the default path of ``SAPOPolicyLossFn``: about thirty in-place tensor
-  operations on a few reused scratch buffers (:func:`~trinity_core.ops.fast.scratch_buffers`), chosen
-  for CPU speed (no ``bool`` tensors in the hot path, ``exp2`` and ``sigmoid`` instead of the slower
-  ``exp``). Why not plain torch: the same terms written plainly (:func:`sapo_token_terms` run eagerly)
-  miss the eager speed target against trinity-rft 0.6.0 (``benchmarks/bench_losses.py``).
-* :func:`sapo_token_terms`, written for ``torch.compile`` (``fused=True``, :data:`SAPO_KERNEL`): the
-  compiler turns it into one loop over ``(B, T)`` that stores the local gradient and accumulates every
-  row sum.
-
-Both return ``q = A·(w/4)`` on selected tokens inside the ratio clamp (0 elsewhere), so that
-``∂ℓ/∂logprob = GRAD_SCALE · q``; the constant stays out of the ``(B, T)`` pass.
+The default path of ``SAPOPolicyLossFn`` does not use this module: it writes the formula in plain torch
+and lets autograd differentiate it. :func:`sapo_token_terms` is written for the compiler, which turns it
+into one loop over ``(B, T)`` that stores the local gradient and accumulates every row sum. It returns
+``q = A·(w/4)`` on selected tokens inside the ratio clamp (0 elsewhere), so that
+``∂ℓ/∂logprob = GRAD_SCALE · q``; the constant stays out of the ``(B, T)`` pass. Tests compare the two
+paths in value and gradient.
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ from typing import Final
 import torch
 from torch import Tensor
 
-from trinity_core.ops.fast import scratch_buffers
 from trinity_core.ops.fused import CompiledKernel, aggregate_row_weights
 
 __all__ = [
@@ -32,7 +25,6 @@ __all__ = [
     "SAPO_KERNEL",
     "SIGMOID_EXP_CLAMP",
     "finish",
-    "sapo_eager_terms",
     "sapo_fused_loss",
     "sapo_token_terms",
 ]
@@ -43,7 +35,7 @@ SIGMOID_EXP_CLAMP: Final[float] = 80.0
 are 0 for every purpose."""
 
 GRAD_SCALE: Final[float] = -4.0
-"""``∂ℓ/∂logprob = GRAD_SCALE·q`` for the ``q = A·w/4`` both kernels return (``ℓ = −A·f(r)``,
+"""``∂ℓ/∂logprob = GRAD_SCALE·q`` for the ``q = A·w/4`` the kernel returns (``ℓ = −A·f(r)``,
 ``w = f'(r)·r``)."""
 
 METRIC_NAMES: Final[tuple[str, ...]] = (
@@ -59,78 +51,6 @@ METRIC_NAMES: Final[tuple[str, ...]] = (
 _LOG2E: Final[float] = 1.0 / math.log(2.0)
 """``e^y = 2^(y·log2 e)``: on CPU ``torch.exp2`` is several times faster than ``torch.exp``."""
 
-_INT_OF_WIDTH: Final[dict[int, torch.dtype]] = {4: torch.int32, 8: torch.int64}
-
-
-def sapo_eager_terms(
-    logprob: Tensor,
-    old_logprob: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    tau_pos: float,
-    tau_neg: float,
-    log_ratio_clamp: float,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Row sums of ``ℓ = −A·f(r)``, the mask's row counts, the local gradient ``q`` and statistics.
-
-    ``δ = clamp(logprob − old, ±log_ratio_clamp)`` on selected tokens (0 elsewhere), ``r = e^δ``, ``A``
-    the selected advantages (0 elsewhere), ``τ = tau_pos`` where ``A > 0`` else ``tau_neg``,
-    ``x = τ(r − 1)``, ``f = σ(x)·(4/τ)``, ``w = 4·σ(x)·σ(−x)·r`` (``= f'(r)·r``);
-    ``q = A·w/4`` on selected tokens inside the clamp, 0 elsewhere, so ``∂ℓ/∂logprob = GRAD_SCALE·q``.
-    Masked positions are cleared bit-exactly before any arithmetic (NaN or inf there reaches nothing).
-
-    Returns:
-        ``(row_loss (B,), row_count (B,), q (B, T), stats)`` in ``logprob``'s float type (at least
-        float32); ``stats`` holds the selected sums ``[Σ −δ, Σ f, Σ r, Σ w, #(A > 0)]``. ``q`` is a
-        fresh tensor; the temporaries live in :func:`~trinity_core.ops.fast.scratch_buffers`.
-    """
-    dtype = torch.promote_types(logprob.dtype, torch.float32)
-    flags = mask if mask.dtype == torch.bool else mask != 0
-    shape = logprob.shape
-    raw, adv, coef, ratio, work, mask_f = scratch_buffers(6, shape, dtype, logprob.device)
-    (bits,) = scratch_buffers(1, shape, _INT_OF_WIDTH[raw.element_size()], logprob.device)
-    int_type = bits.dtype
-    # Masked positions: every bit cleared (δ = A = +0), exactly torch.where(mask, x, 0) without a bool kernel.
-    flag_bytes = flags.view(torch.uint8)  # a reinterpretation; copies from it are vectorised widenings
-    bits.copy_(flag_bytes).neg_()  # all bits set on selected tokens (as mask_bits)
-    mask_f.copy_(flag_bytes)
-    row_count = mask_f.sum(dim=-1)
-    torch.sub(logprob.to(dtype), old_logprob.to(dtype), out=raw).view(int_type).bitwise_and_(bits)
-    torch.bitwise_and(advantages.to(dtype).view(int_type), bits, out=adv.view(int_type))
-    positive = torch.gt(adv, 0, out=coef)  # 1.0 / 0.0: a float compare, many times faster than a bool one
-    n_positive = positive.sum()
-    delta = torch.clamp(raw, -log_ratio_clamp, log_ratio_clamp, out=ratio)
-    delta_sum = delta.sum()
-    inside = torch.eq(raw, delta, out=raw)  # 1.0 inside the clamp: the clamp passes the gradient there
-    ratio = delta.mul_(_LOG2E).exp2_()
-    ratio_sum = ratio.sum()
-    # τ = tau_neg + (tau_pos − tau_neg)·[A > 0], then −x = τ − τ·r in place.
-    neg_x = torch.mul(positive, tau_pos - tau_neg, out=work).add_(tau_neg).addcmul_(work, ratio, value=-1.0)
-    # σ(x) and σ(−x) each by its own sigmoid: 1 − σ(−x) would lose digits where σ(x) is small.
-    gate_q = torch.neg(neg_x).sigmoid_()  # σ(x); fresh, it becomes q
-    sigmoid_neg_x = neg_x.sigmoid_()
-    # −4/τ from the same flags, then −f = −4σ(x)/τ and ℓ = −A·f in place.
-    neg_gate = positive.mul_(4.0 / tau_neg - 4.0 / tau_pos).sub_(4.0 / tau_neg).mul_(gate_q)
-    neg_gate_sum = neg_gate.sum()
-    row_loss = neg_gate.mul_(adv).sum(dim=-1)
-    quarter_weight = gate_q.mul_(sigmoid_neg_x).mul_(ratio)  # w/4
-    quarter_weight_sum = quarter_weight.sum()
-    q = quarter_weight.mul_(inside.mul_(adv))
-    # Unselected positions hold δ = 0, r = 1, A = 0, hence x = 0, σ = 1/2 exactly: f = 2/tau_neg and
-    # w = 1 there. The sums above run over every position (cascade sums, no mask pass); subtracting
-    # the unselected ones' exact share leaves the selected sums.
-    unselected = raw.numel() - row_count.sum()
-    stats = torch.stack(
-        [
-            -delta_sum,
-            -neg_gate_sum - unselected * (2.0 / tau_neg),
-            ratio_sum - unselected,
-            4.0 * quarter_weight_sum - unselected,
-            n_positive,
-        ]
-    )
-    return row_loss, row_count, q, stats
-
 
 def sapo_token_terms(
     logprob: Tensor,
@@ -142,7 +62,15 @@ def sapo_token_terms(
     tau_neg: float,
     log_ratio_clamp: float,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`sapo_eager_terms` written for ``torch.compile``: one loop, no materialised temporaries.
+    """Row sums of ``ℓ = −A·f(r)``, the mask's row counts, the local gradient ``q`` and statistics, written
+    for ``torch.compile``: one loop, no materialised temporaries.
+
+    ``δ = clamp(logprob − old, ±log_ratio_clamp)`` on selected tokens (0 elsewhere), ``r = e^δ``, ``A``
+    the selected advantages (0 elsewhere), ``τ = tau_pos`` where ``A > 0`` else ``tau_neg``,
+    ``x = τ(r − 1)``, ``f = σ(x)·(4/τ)``, ``w = 4·σ(x)·σ(−x)·r`` (``= f'(r)·r``);
+    ``q = A·w/4`` on selected tokens inside the clamp, 0 elsewhere. Returns
+    ``(row_loss (B,), row_count (B,), q (B, T), stats)`` in ``logprob``'s float type (at least float32);
+    ``stats`` holds the selected sums ``[Σ −δ, Σ f, Σ r, Σ w, #(A > 0)]``.
 
     ``mask`` is 0/1 in any dtype (a float mask loads fastest in compiled CPU code). ``row_ones`` is a
     ``(B, 1)`` tensor of ones that scales ``q``: reading a per-row operand keeps the compiler's loop

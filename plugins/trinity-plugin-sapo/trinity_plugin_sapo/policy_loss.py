@@ -9,10 +9,10 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from trinity_core.components import ComponentArgs, LossAggArgs, PolicyLossFn
-from trinity_core.ops import LOG_RATIO_CLAMP
+from trinity_core.ops import LOG_RATIO_CLAMP, masked_mean, policy_inputs
 from trinity_core.ops.fast import as_float
 from trinity_core.ops.fused import loss_with_local_gradient
-from trinity_plugin_sapo._kernel import METRIC_NAMES, SAPO_KERNEL, finish, sapo_eager_terms
+from trinity_plugin_sapo._kernel import METRIC_NAMES, SAPO_KERNEL
 
 __all__ = ["LOG_RATIO_CLAMP", "SAPOArgs", "SAPOPolicyLossFn"]
 
@@ -74,13 +74,13 @@ class SAPOPolicyLossFn(PolicyLossFn):
     gradient weight is exactly ``w(r)`` (see :meth:`gradient_weight`); the reported loss value is the
     negated aggregated objective ``−agg(A · f(r))``.
 
-    Computation: the per-token terms, their derivative and the metric sums are computed without an
-    autograd graph (``_kernel``); the loss is ``Σ_b c_b·S_b`` over the row sums ``S_b`` with the
-    aggregation weights ``c_b`` of ``loss_agg_mode`` (``aggregate_row_weights``), and backward is one
-    multiply in one autograd node. The default path does it in about thirty in-place operations on
-    reused scratch buffers; ``fused=True`` compiles it with ``torch.compile`` into one loop over the
-    tokens (first call per shape compiles; without a C++ compiler it runs eagerly with a warning). The
-    two agree to float rounding. The metrics come back as views of one stacked tensor.
+    Computation: the default path is the formula above in plain torch (:meth:`soft_gate_function`,
+    ``self.aggregate``), differentiated by autograd. ``fused=True`` computes the per-token terms, their
+    derivative ``w`` and the metric sums in one pass compiled by ``torch.compile`` (``_kernel``; first call
+    per shape compiles; without a C++ compiler it runs eagerly with a warning); the loss is ``Σ_b c_b·S_b``
+    over the row sums with the aggregation weights of ``loss_agg_mode``, and backward is one multiply. It
+    equals the default path in value and gradient up to float rounding (property tests in
+    ``tests/test_sapo_fused.py``).
 
     **Difference from the reference** (trinity-rft 0.6.0): it uses ``−A · sg(f(r)) · log π``,
     whose gradient weight is ``f(r) = 4σ(τ(r−1))/τ`` itself: monotone increasing in ``r`` (large ratios
@@ -140,28 +140,44 @@ class SAPOPolicyLossFn(PolicyLossFn):
 
         The standard inputs of a policy loss (:mod:`trinity_core.components.policy_loss`).
         """
-        aggregation = self.aggregation()
         if self.fused:
-            dtype = torch.promote_types(logprob.dtype, torch.float32)
-            # Detached inputs: no graph is recorded, and the same guards whether or not they required grad.
-            q, row_coef, values = SAPO_KERNEL(
-                logprob.detach(),
-                old_logprob.detach(),
-                advantages.detach(),
-                # Compiled kernels read a float mask faster than a bool one.
-                as_float(action_mask, dtype) if action_mask.dtype == torch.bool else action_mask.detach(),
-                _row_ones(logprob, dtype),
-                self.tau_pos,
-                self.tau_neg,
-                LOG_RATIO_CLAMP,
-                *aggregation,
-            )
-        else:
-            with torch.no_grad():
-                row_loss, row_count, q, stats = sapo_eager_terms(
-                    logprob, old_logprob, advantages, action_mask, self.tau_pos, self.tau_neg, LOG_RATIO_CLAMP
-                )
-                row_coef, values = finish(row_loss, row_count, stats, *aggregation)
+            return self._fused(logprob, old_logprob, action_mask, advantages)
+        inputs = policy_inputs(logprob, old_logprob, action_mask, advantages)
+        ratio = inputs.ratio
+        # Policy loss: the negated soft-gated objective, differentiated by autograd through the gate.
+        gate = self.soft_gate_function(ratio, inputs.advantages)
+        loss = self.aggregate(-inputs.advantages * gate, inputs.mask)
+        with torch.no_grad():
+            mask, dtype = inputs.mask, inputs.dtype
+            metrics = {
+                "sapo_loss": loss.detach(),
+                "ppo_kl": masked_mean(-inputs.log_ratio, mask),
+                "avg_soft_gate": masked_mean(gate, mask),
+                "avg_ratio": masked_mean(ratio, mask),
+                "avg_grad_weight": masked_mean(self.gradient_weight(ratio, inputs.advantages), mask),
+                "pos_adv_frac": masked_mean((inputs.advantages > 0).to(dtype), mask),
+            }
+        return loss, metrics
+
+    def _fused(
+        self, logprob: Tensor, old_logprob: Tensor, action_mask: Tensor, advantages: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``fused=True``: loss, local gradient and metrics in one compiled pass (:data:`SAPO_KERNEL`),
+        backward one multiply in one autograd node; equal to the plain path up to float rounding."""
+        dtype = torch.promote_types(logprob.dtype, torch.float32)
+        # Detached inputs: no graph is recorded, and the same guards whether or not they required grad.
+        q, row_coef, values = SAPO_KERNEL(
+            logprob.detach(),
+            old_logprob.detach(),
+            advantages.detach(),
+            # Compiled kernels read a float mask faster than a bool one.
+            as_float(action_mask, dtype) if action_mask.dtype == torch.bool else action_mask.detach(),
+            _row_ones(logprob, dtype),
+            self.tau_pos,
+            self.tau_neg,
+            LOG_RATIO_CLAMP,
+            *self.aggregation(),
+        )
         loss = loss_with_local_gradient(logprob, values[0], q, row_coef)
         # One stacked tensor: the metrics are its 0-d views (detached, no host sync).
         metrics = dict(zip(METRIC_NAMES, values.unbind(), strict=True))

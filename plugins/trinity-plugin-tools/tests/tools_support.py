@@ -13,7 +13,7 @@ from trinity_plugin_tools import HermesParser, ToolsWorkflow, make_python_tool
 from trinity_core.components import ToolCall
 from trinity_core.experience import Experience
 from trinity_core.testing.scripted import ScriptedEngine
-from trinity_core.train.model import build_char_tokenizer
+from trinity_core.train.models.policy import build_char_tokenizer
 from trinity_core.workflows import EpisodeOutcome, WorkflowRunner, make_tasks
 
 TOKENIZER = build_char_tokenizer(string.printable)

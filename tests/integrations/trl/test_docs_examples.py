@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("trl", reason="needs trinity-core[trl]")
 
@@ -41,3 +42,13 @@ def test_trl_example_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     history = trainer.state.log_history  # type: ignore[attr-defined]
     assert math.isfinite(history[-1]["train_loss"])
     assert any("trinity/actor/sapo_loss" in row for row in history)  # the plugin's loss ran
+    # The reward is not zero on the random model and differs within every group, so the advantages,
+    # the loss and the gradient are not zero: the example trains (an exact-match reward gave 0 loss).
+    assert history[-1]["reward"] > 0
+    assert history[-1]["frac_reward_zero_std"] == 0
+    assert history[-1]["train_loss"] != 0
+    from trinity_core.train.models.policy import tiny_model
+
+    before = tiny_model(len(namespace["tokenizer"].get_vocab())).state_dict()  # type: ignore[attr-defined]
+    after = trainer.model.state_dict()  # type: ignore[attr-defined]
+    assert any(not torch.equal(before[k], after[k].detach().cpu()) for k in before)

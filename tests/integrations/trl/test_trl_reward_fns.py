@@ -17,7 +17,7 @@ from trl.rewards import think_format_reward
 
 from trinity_core import registry
 from trinity_core.cli.main import main
-from trinity_core.train.rewards import combine_rewards
+from trinity_core.train.data.rewards import combine_rewards
 
 TINY = {"hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2}
 

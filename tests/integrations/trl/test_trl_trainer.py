@@ -1,5 +1,5 @@
 """TrinityGRPOTrainer (TRL 1.16): for the same batch, its loss and gradient equal trinity train's update
-(``Learner._loss`` with the step's global normalizers); its advantages are the plugin's."""
+(``PolicyUpdate._loss`` with the step's global normalizers); its advantages are the plugin's."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from trl import GRPOConfig
 
 from trinity_core.integrations.trl import TrinityGRPOTrainer
 from trinity_core.ops.loss_scale import global_normalizers
-from trinity_core.train.learner import Learner
-from trinity_core.train.model import build_char_tokenizer, tiny_model
-from trinity_core.train.tasks import CopyTask
-from trinity_core.train.update import response_logprobs
+from trinity_core.train.data.tasks import CopyTask
+from trinity_core.train.learner.update import PolicyUpdate
+from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
 
 G = 4
 
@@ -90,30 +89,31 @@ def test_loss_and_gradient_equal_trinity_train(tmp_path: Any, components: dict[s
     loss = trainer._compute_loss(model, inputs)
     loss.backward()
 
-    # trinity train's update on the same rows: Learner._loss with the step's global normalizers.
+    # trinity train's update on the same rows: PolicyUpdate._loss with the step's global normalizers.
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     mask = inputs["completion_mask"].bool()
-    fake = SimpleNamespace(
+    update = SimpleNamespace(
         components=SimpleNamespace(
             policy_loss=trainer.trinity.policy_loss, kl_loss=None, entropy=trainer.trinity.entropy
         ),
-        config=SimpleNamespace(algorithm=SimpleNamespace(loss_agg_mode=trainer.trinity.loss_agg_mode)),
+        loss_agg_mode=trainer.trinity.loss_agg_mode,
         model=twin,
         use_entropy=trainer.trinity.entropy is not None,
         entropy_grad=True,  # the entropy term's gradient counts, as in TRL's loss
-        share_prompts=True,  # trinity train's default: each repeated prompt run once
+        trainer=SimpleNamespace(share_prompts=True),  # trinity train's default: each prompt run once
+        distribution=None,  # TRL samples at temperature 1 without top-k/p: plain softmax
     )
     cols = {"action_mask": mask, "advantages": inputs["advantages"][:, None].expand(8, 4)}
-    ref_loss, _ = Learner._loss(fake, ids, None, 5, cols, global_normalizers([mask]))
+    scale = global_normalizers([mask])
+    ref_loss, _ = PolicyUpdate._loss(update, ids, None, 5, cols, scale, scale)  # type: ignore[arg-type]
     ref_loss.backward()
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     assert trainer.trinity.kl_loss is None
     for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
         if p.grad is not None or q.grad is not None:
             assert p.grad is not None, f"{name}: no gradient through TrinityGRPOTrainer"
-            assert q.grad is not None, f"{name}: no gradient through Learner._loss"
+            assert q.grad is not None, f"{name}: no gradient through PolicyUpdate._loss"
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
-    assert response_logprobs is not None
 
 
 def test_advantages_come_from_the_plugin(tmp_path: Any) -> None:

@@ -77,3 +77,75 @@ def test_shell_example_environment_registers(monkeypatch: pytest.MonkeyPatch) ->
     assert names["actor_rollout_ref.actor.policy_loss.loss_mode"] in registered["policy_loss"]
     monkeypatch.delenv(ARGS_ENV)
     register()
+
+
+def _closure(requirements: list[str], extra: str = "") -> set[str]:
+    """Normalised names of the installed distributions ``requirements`` pull in, transitively (markers
+    evaluated; ``extra`` applies to the first level only)."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [(r, extra) for r in requirements]
+    while todo:
+        raw, active = todo.pop()
+        req = Requirement(raw)
+        if req.marker is not None and not req.marker.evaluate({"extra": active}):
+            continue
+        name = canonicalize_name(req.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        todo += [(r, e) for r in dist.requires or [] for e in ["", *req.extras]]
+    return seen
+
+
+def _site_view(dists: set[str], dest: Path) -> Path:
+    """A folder of symlinks to the files of ``dists`` only (modules and their .dist-info), as a site that
+    holds nothing else would; trinity-core itself (an editable install) is left out."""
+    import importlib.metadata as md
+
+    dest.mkdir()
+    for name in sorted(dists - {"trinity-core"}):
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        for top in {f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] != ".."}:
+            src = Path(str(dist.locate_file(top)))
+            if src.exists() and not (dest / top).exists() and not top.endswith(".pth"):
+                (dest / top).symlink_to(src)
+    return dest
+
+
+def test_the_minimum_install_is_enough_to_import_verls_registries(tmp_path: Path) -> None:
+    """docs/integrations.md's minimum install (trinity-core[train], what the block names, verl without its
+    dependencies) imports verl's registries and our integration in a site that holds only those."""
+    import subprocess
+    import sys
+
+    block = re.search(r"<!-- install: verl-minimum[^>]*-->\n```bash\n(.*?)```", DOC.read_text(), re.S)
+    assert block is not None
+    words = [w.strip("'") for w in block.group(1).split()]
+    named = [w for w in words if w not in ("pip", "install", "dist") and not w.startswith("-")]
+    assert "verl==0.9.1" in named
+    requirements = [w for w in named if not w.startswith(("verl", "trinity-plugin", "trinity-core"))]
+    assert {"ray", "omegaconf", "codetiming"} <= set(requirements)
+    wanted = {"verl"} | _closure(requirements) | _closure(["trinity-core[train]"], extra="train")
+    view = _site_view(wanted, tmp_path / "site")
+    root = str(DOC.parents[1])
+    code = (
+        f"import sys; sys.path[:0] = [{str(view)!r}, {root!r}]; "
+        "import verl.trainer.ppo.core_algos, trinity_core.integrations.verl; print('imported')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"the minimum install is not enough:\n{done.stderr[-3000:]}"
+    assert "imported" in done.stdout

@@ -1,0 +1,5 @@
+from trinity_core.testing import PluginConformance
+
+
+class TestConformance(PluginConformance):
+    distribution = "trinity-plugin-buffer"
