@@ -1,19 +1,24 @@
 """End to end: ``trinity train`` against TRL 1.16 ``GRPOTrainer``, same model, tokenizer, prompts, reward,
-group size, batch, learning rate and loss aggregation, on one torch thread.
+sampling, group size, batch, micro-batching, learning rate and loss aggregation, on one thread.
 
-TRL runs with ``loss_type="dapo"`` (token sum over the batch / tokens: trinity's token-mean),
-``beta=0``, ``scale_rewards="group"``, no gradient checkpointing, ``bf16=False`` and one generation per
-optimizer step (``steps_per_generation=1``, ``num_iterations=1``), its default optimizer. Each
-measurement is a fresh process (peak RSS is the process's ``ru_maxrss``); the two sides alternate, and
-the order flips every repetition, so load on the shared machine hits both alike.
+TRL runs with ``loss_type="dapo"`` (token sum over the step's tokens: trinity's token-mean),
+``beta=0``, ``scale_rewards="group"``, no gradient checkpointing, ``bf16=False``, one generation per
+optimizer step (``num_iterations=1``, ``steps_per_generation = gradient_accumulation_steps``), its
+default optimizer, and ``min_new_tokens`` as trinity's ``rollout.min_new_tokens``. ``--micro-batch M``
+cuts a step's ``N = prompts x group`` rows into ``N / M`` micro-batches on both sides (trinity's
+``trainer.micro_batch_size``; TRL's ``per_device_train_batch_size=M``, ``gradient_accumulation_steps``
+and ``steps_per_generation`` ``N / M``); 0 is one micro-batch of ``N`` rows on both.
 
-Stacks: ``toy`` is the embedded default (last digit of a+b, character tokenizer, answers of 1-2 tokens);
-``real`` a byte-level BPE tokenizer of 8192 tokens trained with ``tokenizers``, a Qwen2 folder written
-with ``save_pretrained``, and a jsonl dataset of prompts of 4-48 tokens and answers up to 64 tokens.
+Both sides are timed by the same clock (``e2e_phases.py``): a step runs from fetching its prompts to
+the end of ``optimizer.step()``, cut into generation / reward+advantage / log-probs / forward+backward /
+optimizer at the same library calls, in wall and in process CPU time. Each run is a fresh process
+(peak RSS is its ``ru_maxrss``) with every thread knob at 1 (``OMP``/``MKL``/``OPENBLAS``/...
+``_NUM_THREADS``, ``torch.set_num_threads``, ``torch.set_num_interop_threads``); the sides alternate and the
+order flips every repetition; each run prints its own figures and the 1-minute load at its start and end.
 
-    python benchmarks/bench_e2e.py --stack toy --sizes 0.33M --steps 12 --reps 2
-    python benchmarks/bench_e2e.py --stack real --sizes 10M,40M --steps 6
-    python benchmarks/bench_e2e.py --reward-time --seeds 0,1,2 --max-steps 300
+    python benchmarks/bench_e2e.py --stack toy --sizes 0.33M --steps 12 --reps 3
+    python benchmarks/bench_e2e.py --stack real --sizes 10M,40M --prompts 4 --group 8 --micro-batch 8
+    python benchmarks/bench_e2e.py --reward-time --seeds 0,1,2 --max-steps 1500
 
 The TRL side runs with ``--trl-python`` (default: ``.venv-bench/bin/python``, a venv that sees this one's
 packages plus ``trl==1.16.*``; see docs/benchmarks.md).
@@ -22,112 +27,64 @@ packages plus ``trl==1.16.*``; see docs/benchmarks.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import random
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e_phases import PHASES, PhaseClock, instrument_trinity, instrument_trl
+from e2e_stack import LR, REAL_ANSWER_TOKENS, build_real_stack, model_config
+
 ROOT = Path(__file__).resolve().parents[1]
-SIZES: dict[str, dict[str, Any]] = {
-    "0.33M": {},
-    "10M": {"hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8},
-    "40M": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 6, "num_attention_heads": 12},
-}
-"""Model configs over the default (hidden 128, 2 layers); key-value heads follow the attention heads."""
-LR = 3e-4
-REAL_VOCAB, REAL_ANSWER_TOKENS = 8192, 64
+MIN_NEW_TOKENS = 1
+"""trinity's default ``rollout.min_new_tokens``, given to TRL's ``generation_kwargs`` too."""
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+TARGETS = {("toy", "0.33M"): (1.5, None), ("real", "10M"): (1.2, 0.30), ("real", "40M"): (1.2, 0.30)}
+"""Per stack and size: least TRL/trinity ms per step, least share of TRL's peak RSS saved (issue 31)."""
 
 
-def _model_config(size: str) -> dict[str, Any]:
-    cfg = dict(SIZES[size])
-    if "num_attention_heads" in cfg:
-        cfg["num_key_value_heads"] = cfg["num_attention_heads"]
-    return cfg
+class TargetReached(Exception):
+    """``--stop-at-reward``: the reward window reached its target; the run ends here."""
 
 
-# ---------------------------------------------------------------------------------------- the real stack
+class RewardStop:
+    """Stops a run at the start of the step after the mean reward of the last ``window`` steps reached
+    ``target`` (``target`` None: never)."""
 
+    def __init__(self, target: float | None, window: int = 5) -> None:
+        self.target, self.window, self.rewards = target, window, []  # type: ignore[var-annotated]
 
-def _words(n: int, rng: random.Random) -> list[str]:
-    syll = [a + b for a in "bcdfghjklmnprstvwz" for b in "aeiou"] + ["an", "el", "or", "is", "um"]
-    return ["".join(rng.choice(syll) for _ in range(rng.randint(1, 4))) for _ in range(n)]
-
-
-def build_real_stack(folder: Path, size: str) -> tuple[Path, Path]:
-    """``(model folder, dataset jsonl)`` of the real stack at ``size`` under ``folder`` (made once)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
-
-    tok_dir, data = folder / "tokenizer", folder / "data.jsonl"
-    rng = random.Random(0)
-    vocab = _words(12000, rng)
-    if not data.exists():
-        rows = []
-        for _ in range(2000):
-            prompt = " ".join(rng.choice(vocab) for _ in range(rng.randint(3, 30)))
-            answer = " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 30)))
-            rows.append({"prompt": prompt + " =>", "answer": answer})
-        data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    if not tok_dir.exists():
-        corpus = [" ".join(rng.choice(vocab) for _ in range(20)) for _ in range(30000)]
-        corpus += [json.loads(line)["prompt"] for line in data.read_text().splitlines()]
-        core = Tokenizer(models.BPE())
-        core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        core.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=REAL_VOCAB,
-            special_tokens=["<|endoftext|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        )
-        core.train_from_iterator(corpus, trainer)
-        tok = PreTrainedTokenizerFast(
-            tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>"
-        )
-        tok.save_pretrained(tok_dir)
-    model_dir = folder / f"model-{size}"
-    if not model_dir.exists():
-        tok = AutoTokenizer.from_pretrained(tok_dir)
-        base = {
-            "hidden_size": 128,
-            "intermediate_size": 256,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-        }
-        cfg = {**base, **_model_config(size)}
-        cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
-        config = Qwen2Config(
-            vocab_size=len(tok),
-            max_position_embeddings=256,
-            tie_word_embeddings=True,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            **cfg,
-        )
-        import torch
-
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(config).save_pretrained(model_dir)
-        tok.save_pretrained(model_dir)
-    return model_dir, data
+    def check(self) -> None:
+        """Raise :class:`TargetReached` when the window has reached the target."""
+        tail = self.rewards[-self.window :]
+        if self.target is not None and len(tail) == self.window and statistics.fmean(tail) >= self.target:
+            raise TargetReached
 
 
 # ---------------------------------------------------------------------------------------- the two sides
 
 
-def run_trinity(a: argparse.Namespace) -> dict[str, Any]:
-    """One ``trinity train`` run; per-step wall times, rewards and the profile's phase means."""
+def run_trinity(a: argparse.Namespace, clock: PhaseClock, stop: RewardStop) -> None:
+    """One ``trinity train`` run (rewards into ``stop.rewards``, steps into ``clock``)."""
     from trinity_core.train import train
+    from trinity_core.train.learner import learner
 
     config: dict[str, Any] = {
         "algorithm": {"algorithm_type": "grpo", "repeat_times": a.group, "kl_loss_fn": "none"},
-        "rollout": {"prompts_per_step": a.prompts, "temperature": 1.0},
+        "rollout": {"prompts_per_step": a.prompts, "temperature": 1.0, "min_new_tokens": MIN_NEW_TOKENS},
         "trainer": {
             "total_steps": a.steps,
             "lr": LR,
@@ -140,27 +97,25 @@ def run_trinity(a: argparse.Namespace) -> dict[str, Any]:
             "micro_batch_size": a.micro_batch or None,
         },
         "tasks": {"name": "last_digit", "reward_fns": ["exact_match"], "eval_size": 0},
-        "model": {"model_path": None, "config": _model_config(a.size)},
+        "model": {"model_path": None, "config": model_config(a.size)},
     }
     if a.stack == "real":
-        model_dir, data = Path(a.model_dir), Path(a.data)
-        config["model"] = {"model_path": str(model_dir)}
-        config["tasks"] = {"name": "dataset", "args": {"path": str(data)}, "reward_fns": ["exact_match"]}
+        config["model"] = {"model_path": str(a.model_dir)}
+        config["tasks"] = {"name": "dataset", "args": {"path": str(a.data)}, "reward_fns": ["exact_match"]}
         config["tasks"]["eval_size"] = 0
         config["rollout"]["max_new_tokens"] = REAL_ANSWER_TOKENS
+    instrument_trinity(clock)
+    metrics = learner.batch_metrics
+
+    def recorded(batch: Any) -> Any:
+        out = metrics(batch)
+        stop.rewards.append(float(out["reward/mean"]))
+        return out
+
+    learner.batch_metrics = recorded
+    clock.before_step = stop.check
     with tempfile.TemporaryDirectory() as tmp:
-        result = train(config, run_dir=Path(tmp) / "run", profile=True)
-    prof = result.profile or {}
-    phases = {
-        "generation": prof.get("generation_ms", 0.0),
-        "forward_backward": prof.get("forward_backward_ms", 0.0) + prof.get("old_logprob_ms", 0.0),
-        "optimizer": prof.get("optimizer_ms", 0.0),
-    }
-    return {
-        "step_s": [h["time/step_s"] for h in result.history],
-        "reward": [h["reward/mean"] for h in result.history],
-        "phases_ms": phases,
-    }
+        train(config, run_dir=Path(tmp) / "run")
 
 
 def _trl_rows(a: argparse.Namespace, tokenizer: Any) -> list[dict[str, Any]]:
@@ -176,8 +131,8 @@ def _trl_rows(a: argparse.Namespace, tokenizer: Any) -> list[dict[str, Any]]:
     return [{"prompt": tokenizer.bos_token + r["prompt"], "answer": r["answer"]} for r in rows]
 
 
-def run_trl(a: argparse.Namespace) -> dict[str, Any]:
-    """One TRL ``GRPOTrainer`` run on the same stack; step times from callbacks, phases by wrapping."""
+def run_trl(a: argparse.Namespace, clock: PhaseClock, stop: RewardStop) -> None:
+    """One TRL ``GRPOTrainer`` run on the same stack and knobs."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -194,41 +149,29 @@ def run_trl(a: argparse.Namespace) -> dict[str, Any]:
         max_new = REAL_ANSWER_TOKENS
     else:
         task = registry.create("task", "last_digit", {})
-        model, tok = load_policy(None, None, _model_config(a.size), task.alphabet(), seed=a.seed)
+        model, tok = load_policy(None, None, model_config(a.size), task.alphabet(), seed=a.seed)
         max_new = task.max_response_tokens()
-    phases = dict.fromkeys(("generation", "forward", "backward", "optimizer"), 0.0)
-    steps: list[float] = []
-    rewards: list[float] = []
 
-    class Clock(TrainerCallback):  # type: ignore[misc]
-        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
-            self.t0 = time.perf_counter()
-
-        def on_pre_optimizer_step(self, *args: Any, **kwargs: Any) -> None:
-            self.t_opt = time.perf_counter()
-
-        def on_optimizer_step(self, *args: Any, **kwargs: Any) -> None:
-            phases["optimizer"] += time.perf_counter() - self.t_opt
-
-        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
-            steps.append(time.perf_counter() - self.t0)
-
+    class Rewards(TrainerCallback):  # type: ignore[misc]
         def on_log(self, *args: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
             if logs and "reward" in logs:
-                rewards.append(logs["reward"])
+                stop.rewards.append(logs["reward"])
 
     def reward(prompts: list[str], completions: list[str], answer: list[str], **kw: Any) -> list[float]:
         return exact_match(prompts, completions, answer)
 
+    rows = a.prompts * a.group
+    micro = a.micro_batch or rows
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
             output_dir=tmp,
-            per_device_train_batch_size=a.prompts * a.group,
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=rows // micro,
+            steps_per_generation=rows // micro,
             num_generations=a.group,
-            gradient_accumulation_steps=1,
-            steps_per_generation=1,
             num_iterations=1,
             max_completion_length=max_new,
+            generation_kwargs={"min_new_tokens": MIN_NEW_TOKENS},
             learning_rate=LR,
             lr_scheduler_type="constant",
             max_grad_norm=1.0,
@@ -253,55 +196,46 @@ def run_trl(a: argparse.Namespace) -> dict[str, Any]:
             args=args,
             train_dataset=Dataset.from_list(_trl_rows(a, tok)),
             processing_class=tok,
-            callbacks=[Clock()],
+            callbacks=[Rewards()],
         )
-        for name, attr, obj in (
-            ("generation", "_generate_and_score_completions", trainer),
-            ("forward", "compute_loss", trainer),
-            ("backward", "backward", trainer.accelerator),
-        ):
-            setattr(obj, attr, _timed(phases, name, getattr(obj, attr)))
+        instrument_trl(clock, trainer)
+        clock.before_step = stop.check
         trainer.train()
-    n = max(len(steps), 1)
-    fb = (phases["forward"] + phases["backward"]) * 1000 / n
-    out = {"generation": phases["generation"] * 1000 / n, "forward_backward": fb}
-    out["optimizer"] = phases["optimizer"] * 1000 / n
-    return {"step_s": steps, "reward": rewards, "phases_ms": out}
 
 
-def _timed(phases: dict[str, float], name: str, fn: Any) -> Any:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            phases[name] += time.perf_counter() - start
-
-    return wrapper
-
-
-# ---------------------------------------------------------------------------------------- the driver
+# ---------------------------------------------------------------------------------------- one run
 
 
 def child(a: argparse.Namespace) -> None:
-    """Run one side in this process and print its JSON line (peak RSS included)."""
+    """Run one side in this process and print its JSON line (steps, rewards, peak RSS, load)."""
     import torch
 
     torch.set_num_threads(1)
-    out = run_trinity(a) if a.child == "trinity" else run_trl(a)
-    out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    torch.set_num_interop_threads(1)
+    load0 = os.getloadavg()[0]
+    clock, stop = PhaseClock(), RewardStop(a.stop_at_reward)
+    with contextlib.suppress(TargetReached):
+        (run_trinity if a.child == "trinity" else run_trl)(a, clock, stop)
+    out = {
+        "steps": clock.steps,
+        "reward": stop.rewards[: len(clock.steps)],
+        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "load": [load0, os.getloadavg()[0]],
+        "threads": [torch.get_num_threads(), torch.get_num_interop_threads()],
+    }
     print("RESULT " + json.dumps(out))
 
 
 def spawn(
     side: str, a: argparse.Namespace, size: str, seed: int, steps: int, extra: list[str]
 ) -> dict[str, Any]:
-    """One side in a fresh process (TRL's with ``--trl-python``)."""
+    """One side in a fresh process (TRL's with ``--trl-python``), every thread knob at 1."""
     python = a.trl_python if side == "trl" else sys.executable
     cmd = [python, __file__, "--child", side, "--size", size, "--seed", str(seed), "--steps", str(steps)]
     cmd += ["--stack", a.stack, "--prompts", str(a.prompts), "--group", str(a.group), *extra]
     cmd += ["--micro-batch", str(a.micro_batch)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, **dict.fromkeys(THREAD_VARS, "1")}
+    env |= {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
@@ -309,26 +243,38 @@ def spawn(
     return json.loads(line[len("RESULT ") :])
 
 
-def time_to_reward(run: dict[str, Any], target: float, window: int = 5) -> float:
-    """Seconds until the mean reward of the last ``window`` steps first reaches ``target`` (inf: never)."""
-    elapsed, rewards = 0.0, run["reward"]
-    for i, seconds in enumerate(run["step_s"]):
-        elapsed += seconds
-        if i + 1 >= window and statistics.fmean(rewards[i + 1 - window : i + 1]) >= target:
-            return elapsed
-    return float("inf")
+# ---------------------------------------------------------------------------------------- tables
 
 
-def per_step(a: argparse.Namespace, sizes: list[str], folder: Path) -> None:
-    """Median ms per step (first steps dropped), phase split and peak RSS, sides interleaved."""
-    print(f"load at start: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
-    print(
-        f"{a.prompts} prompts x {a.group} responses per step, {a.steps} steps per run, "
-        f"{a.reps} runs per side, "
-        f"trinity micro_batch_size {a.micro_batch or None}"
+def _measured(run: dict[str, Any], warmup: int) -> list[dict[str, Any]]:
+    return run["steps"][warmup:] or run["steps"]
+
+
+def run_row(label: str, run: dict[str, Any], warmup: int) -> str:
+    """One run's line: load, step medians (wall, CPU), mean phases (wall / CPU ms), peak RSS."""
+    steps = _measured(run, warmup)
+    wall = 1000 * statistics.median(s["wall"] for s in steps)
+    cpu = 1000 * statistics.median(s["cpu"] for s in steps)
+    phases = " | ".join(
+        f"{1000 * statistics.fmean(s['phases'][p][0] for s in steps):.0f} / "
+        f"{1000 * statistics.fmean(s['phases'][p][1] for s in steps):.0f}"
+        for p in PHASES
     )
-    print("| stack | size | side | ms/step (median) | generation | fwd+bwd | optimizer | peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|")
+    load = f"{run['load'][0]:.1f} -> {run['load'][1]:.1f}"
+    return f"| {label} | {load} | {len(steps)} | {wall:.1f} | {cpu:.1f} | {phases} | {run['rss_mib']:.0f} |"
+
+
+def per_step(a: argparse.Namespace, sizes: list[str], folder: Path) -> bool:
+    """Per-run rows, then the sides' medians and ratios per size; True when every target is met."""
+    print(
+        f"{a.prompts} prompts x {a.group} responses per step, micro-batches of "
+        f"{a.micro_batch or a.prompts * a.group} rows on both sides, {a.steps} steps per run "
+        f"(the first {a.warmup} left out), {a.reps} runs per side, {os.cpu_count()} cores"
+    )
+    head = " | ".join(f"{p} ms wall / CPU" for p in PHASES)
+    print(f"| run | load 1-min | steps | ms/step wall | ms/step CPU | {head} | peak RSS MiB |")
+    print("|---|---|---|---|---|" + "---|" * len(PHASES) + "---|")
+    met, summary = True, []
     for size in sizes:
         extra: list[str] = []
         if a.stack == "real":
@@ -337,35 +283,59 @@ def per_step(a: argparse.Namespace, sizes: list[str], folder: Path) -> None:
         runs: dict[str, list[dict[str, Any]]] = {"trinity": [], "trl": []}
         for rep in range(a.reps):
             for side in ("trinity", "trl") if rep % 2 == 0 else ("trl", "trinity"):
-                runs[side].append(spawn(side, a, size, 0, a.steps, extra))
-        med = {}
-        for side, rs in runs.items():
-            times = [t for r in rs for t in r["step_s"][a.warmup :]]
-            med[side] = 1000 * statistics.median(times)
-            ph = {k: statistics.fmean(r["phases_ms"][k] for r in rs) for k in rs[0]["phases_ms"]}
-            rss = max(r["rss_mib"] for r in rs)
-            print(
-                f"| {a.stack} | {size} | {side} | {med[side]:.1f} | {ph['generation']:.1f} | "
-                f"{ph['forward_backward']:.1f} | {ph['optimizer']:.1f} | {rss:.0f} |"
-            )
-        print(f"| {a.stack} | {size} | TRL/trinity | {med['trl'] / med['trinity']:.2f}x | | | | |")
-    print(f"load at end: {os.getloadavg()[0]:.2f}")
+                run = spawn(side, a, size, a.seed, a.steps, extra)
+                runs[side].append(run)
+                print(run_row(f"{a.stack} {size} {side} #{rep + 1}", run, a.warmup), flush=True)
+        med = {
+            side: [
+                1000 * statistics.median(s[k] for r in rs for s in _measured(r, a.warmup))
+                for k in ("wall", "cpu")
+            ]
+            for side, rs in runs.items()
+        }
+        rss = {side: max(r["rss_mib"] for r in rs) for side, rs in runs.items()}
+        ratio, saved = med["trl"][0] / med["trinity"][0], 1 - rss["trinity"] / rss["trl"]
+        want_ratio, want_saved = TARGETS.get((a.stack, size), (None, None))
+        ok = (want_ratio is None or ratio >= want_ratio) and (want_saved is None or saved >= want_saved)
+        met &= ok
+        verdict = "no target" if want_ratio is None else "met" if ok else "missed"
+        summary.append(
+            f"| {a.stack} | {size} | {med['trinity'][0]:.1f} / {med['trinity'][1]:.1f} | "
+            f"{med['trl'][0]:.1f} / {med['trl'][1]:.1f} | **{ratio:.2f}x** | "
+            f"{med['trl'][1] / med['trinity'][1]:.2f}x | {rss['trinity']:.0f} / {rss['trl']:.0f} "
+            f"({-100 * saved:+.0f} %) | {verdict} |"
+        )
+    print(
+        "\n| stack | size | trinity ms/step wall / CPU | TRL ms/step wall / CPU | TRL/trinity wall | "
+        "TRL/trinity CPU | peak RSS MiB trinity / TRL | target |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(summary))
+    return met
+
+
+def time_to_reward(run: dict[str, Any], target: float, window: int = 5) -> tuple[int, float, float] | None:
+    """``(steps, wall s, CPU s)`` summed over the step spans until the mean reward of the last ``window``
+    steps first reaches ``target``; None: never."""
+    rewards, steps = run["reward"], run["steps"]
+    for i in range(window - 1, min(len(rewards), len(steps))):
+        if statistics.fmean(rewards[i + 1 - window : i + 1]) >= target:
+            done = steps[: i + 1]
+            return i + 1, sum(s["wall"] for s in done), sum(s["cpu"] for s in done)
+    return None
 
 
 def reward_time(a: argparse.Namespace) -> None:
-    """Time to mean reward 0.9 (5-step window) per seed, sides interleaved (default size, toy stack)."""
-    print("| seed | trinity s (steps) | TRL s (steps) | trinity final reward | TRL final reward |")
-    print("|---|---|---|---|---|")
+    """Steps and time to mean reward 0.9 (5-step window) per seed, sides interleaved (toy stack)."""
+    print("| seed | side | load 1-min | steps to 0.9 | wall s (spans) | CPU s (spans) | steps run |")
+    print("|---|---|---|---|---|---|---|")
     for seed in (int(s) for s in a.seeds.split(",")):
-        cells, finals = {}, {}
         for side in ("trinity", "trl") if seed % 2 == 0 else ("trl", "trinity"):
-            run = spawn(side, a, "0.33M", seed, a.max_steps, [])
-            t = time_to_reward(run, 0.9)
-            steps = next((i + 1 for i in range(len(run["step_s"])) if sum(run["step_s"][: i + 1]) >= t), None)
-            cells[side] = f"{t:.1f} ({steps})" if steps else "not reached"
-            finals[side] = statistics.fmean(run["reward"][-50:])  # mean of the last 50 steps
-        rewards = f"{finals['trinity']:.3f} | {finals['trl']:.3f}"
-        print(f"| {seed} | {cells['trinity']} | {cells['trl']} | {rewards} |")
+            run = spawn(side, a, a.size, seed, a.max_steps, ["--stop-at-reward", "0.9"])
+            hit = time_to_reward(run, 0.9)
+            cells = f"{hit[0]} | {hit[1]:.1f} | {hit[2]:.1f}" if hit else "not reached | | "
+            load = f"{run['load'][0]:.1f} -> {run['load'][1]:.1f}"
+            print(f"| {seed} | {side} | {load} | {cells} | {len(run['steps'])} |", flush=True)
 
 
 def main() -> None:
@@ -379,31 +349,36 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16, help="prompts per step (both sides)")
     p.add_argument("--group", type=int, default=16, help="responses per prompt (both sides)")
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the median")
-    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the medians")
+    p.add_argument("--reps", type=int, default=3)
     p.add_argument(
         "--micro-batch",
         type=int,
         default=0,
-        help="trinity's trainer.micro_batch_size (0: whole batch); the group size G cuts a step into "
-        "one prompt's rows per micro-batch, each trimmed to its own widths (same loss)",
+        help="rows per micro-batch on both sides (0: the whole step); must divide prompts x group",
     )
     p.add_argument("--reward-time", action="store_true")
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--max-steps", type=int, default=300)
+    p.add_argument("--max-steps", type=int, default=1500)
+    p.add_argument("--stop-at-reward", type=float, help=argparse.SUPPRESS)
     p.add_argument("--model-dir")
     p.add_argument("--data")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "trinity-bench-e2e"))
     p.add_argument("--trl-python", default=str(ROOT / ".venv-bench" / "bin" / "python"))
     a = p.parse_args()
+    if a.micro_batch and (a.prompts * a.group) % a.micro_batch:
+        p.error(f"--micro-batch {a.micro_batch} does not divide {a.prompts} x {a.group} rows")
     if a.child:
         child(a)
-    elif a.reward_time:
+        return
+    print(f"load at start: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
+    if a.reward_time:
         reward_time(a)
+        met = True
     else:
-        folder = Path(a.cache)
-        folder.mkdir(parents=True, exist_ok=True)
-        per_step(a, a.sizes.split(","), folder)
+        met = per_step(a, a.sizes.split(","), Path(a.cache))
+    print(f"load at end: {os.getloadavg()[0]:.2f}")
+    sys.exit(0 if met else 1)
 
 
 if __name__ == "__main__":
