@@ -47,13 +47,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from trinity_core.train.models.policy import build_char_tokenizer
 from trinity_plugin_tools import HermesParser, MultiplicationTask, ToolsWorkflow
 
 from trinity_core.buffer import make_buffer
 from trinity_core.components import ToolCall
 from trinity_core.testing.scripted import ScriptedEngine
 from trinity_core.train import train
+from trinity_core.train.models.policy import build_char_tokenizer
 from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
