@@ -13,6 +13,7 @@ yet updated), and ``MARKER`` to a file path: at the pause the process creates ``
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -79,6 +80,9 @@ def _install_pause(where: str, step: int, marker: str) -> None:
 
 
 if __name__ == "__main__":
+    # Ctrl-C as in a terminal: a shell that started the tests in the background made SIGINT ignored, and
+    # an ignored signal stays ignored in the processes it starts.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     register_length_reward()
     if os.environ.get("PAUSE"):
         where, _, n = os.environ["PAUSE"].partition(":")

@@ -30,6 +30,12 @@ def test_row_tokens_count_the_prompt_and_the_response_up_to_its_last_selected_to
     assert row_tokens(attention, action, 3).tolist() == [4, 4, 5, 3]
 
 
+def test_row_tokens_read_the_response_width_not_the_row_count() -> None:
+    # 2 rows of 5 response positions (a non-square mask: the width is the last axis, not the rows).
+    action = torch.tensor([[1, 0, 0, 1, 0], [0, 1, 0, 0, 0]])
+    assert row_tokens(None, action, 2).tolist() == [2 + 4, 2 + 2]
+
+
 def test_micro_batches_by_rows() -> None:
     assert micro_batches(slice(2, 9), 3) == [slice(2, 5), slice(5, 8), slice(8, 9)]
     assert micro_batches(slice(2, 5), 3) == [slice(2, 5)]
@@ -37,6 +43,14 @@ def test_micro_batches_by_rows() -> None:
     rows = torch.tensor([5, 1, 4, 2, 0])
     assert [p.tolist() for p in micro_batches(rows, 2)] == [[5, 1], [4, 2], [0]]  # type: ignore[union-attr]
     assert [p.tolist() for p in micro_batches(rows, 5)] == [[5, 1, 4, 2, 0]]  # type: ignore[union-attr]
+    assert [p.tolist() for p in micro_batches(rows, None)] == [[5, 1, 4, 2, 0]]  # type: ignore[union-attr]
+    # Token counts without a token budget cut by rows only.
+    tokens = torch.tensor([9, 9, 9, 9, 9, 9, 9, 9, 9])
+    assert micro_batches(slice(2, 9), 3, tokens=tokens, max_tokens=None) == [
+        slice(2, 5),
+        slice(5, 8),
+        slice(8, 9),
+    ]
 
 
 def test_micro_batches_by_tokens_pack_in_order_and_a_long_row_is_alone() -> None:
