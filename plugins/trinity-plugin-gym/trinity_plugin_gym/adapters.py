@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, ClassVar, Protocol
 
-__all__ = ["ADAPTERS", "FrozenLakeAdapter", "TextAdapter", "load_adapter"]
+__all__ = ["ADAPTERS", "BlackjackAdapter", "FrozenLakeAdapter", "TextAdapter", "load_adapter"]
 
 
 class TextAdapter(Protocol):
@@ -70,7 +70,43 @@ class FrozenLakeAdapter:
         return "SFHGP/=" + "".join(self.ACTIONS) + " "
 
 
-ADAPTERS: dict[str, type] = {"frozen_lake": FrozenLakeAdapter}
+class BlackjackAdapter:
+    """Blackjack as text: the player's sum, a space, the dealer's showing card (1 is an ace), `` a`` when
+    the player holds a usable ace, then ``=`` (``14 10=``, ``13 1 a=``); actions are the words ``stick``
+    and ``hit``, read from the first letter of the reply's first word (case ignored).
+
+    gymnasium's ``Blackjack-v1`` with its registered rules (Sutton & Barto: a natural counts as an
+    ordinary win): the return is +1 for a win, 0 for a draw, -1 for a loss.
+    """
+
+    env_id: ClassVar[str] = "Blackjack-v1"
+    env_kwargs: ClassVar[dict[str, Any]] = {}
+    ACTIONS: ClassVar[tuple[str, ...]] = ("stick", "hit")
+    """Blackjack's action ids 0..1 in order."""
+
+    def render(self, env: Any, observation: Any) -> str:
+        """``"<player sum> <dealer card>[ a]="``."""
+        player, dealer, usable_ace = (int(x) for x in observation)
+        return f"{player} {dealer}{' a' if usable_ace else ''}="
+
+    def parse(self, text: str) -> int | None:
+        """0 (stick) or 1 (hit) for a reply whose first word starts with ``s`` or ``h``, else None."""
+        words = text.strip().lower().split()
+        if not words:
+            return None
+        initials = [name[0] for name in self.ACTIONS]
+        return initials.index(words[0][0]) if words[0][0] in initials else None
+
+    def state_key(self, env: Any, observation: Any) -> str:
+        """The observation: player's sum, dealer's card, usable ace."""
+        return ",".join(str(int(x)) for x in observation)
+
+    def alphabet(self) -> str:
+        """Digits, a space, ``a``, ``=`` and the action words' letters."""
+        return "0123456789 a=" + "".join(sorted(set("".join(self.ACTIONS))))
+
+
+ADAPTERS: dict[str, type] = {"frozen_lake": FrozenLakeAdapter, "blackjack": BlackjackAdapter}
 """Adapters by name (``adapter`` argument of the workflow); a ``module:Class`` path names any other."""
 
 

@@ -1,4 +1,4 @@
-"""``frozen_lake``: environment seeds as a task set, the first observation as the prompt."""
+"""``frozen_lake`` and ``blackjack``: environment seeds as task sets, the first observation as the prompt."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pydantic import Field
 
 from trinity_core.components import ComponentArgs
 from trinity_core.train.data.tasks import Task
-from trinity_plugin_gym.adapters import FrozenLakeAdapter
+from trinity_plugin_gym.adapters import BlackjackAdapter, FrozenLakeAdapter
 
-__all__ = ["FrozenLakeTask", "start_prompt"]
+__all__ = ["BlackjackTask", "FrozenLakeTask", "start_prompt"]
 
 
 @functools.cache
@@ -59,6 +59,48 @@ class FrozenLakeTask(Task):
     def alphabet(self) -> str:
         """The adapter's characters."""
         return FrozenLakeAdapter().alphabet()
+
+    def max_response_tokens(self) -> int:
+        """The longest action word and EOS."""
+        return 6
+
+
+@functools.cache
+def _blackjack_env() -> Any:
+    """One Blackjack environment for rendering first observations (rows are drawn in one thread)."""
+    import gymnasium as gym
+
+    return gym.make(BlackjackAdapter.env_id, **BlackjackAdapter.env_kwargs)
+
+
+class BlackjackTask(Task):
+    """Blackjack hands: rows ``{"prompt": <first observation as text>, "seed": int}``.
+
+    Use it with the ``gym`` workflow and ``adapter: blackjack``; the episode's return (+1, 0, -1) is the
+    reward, computed by the workflow, so no reward function is used.
+    """
+
+    Args: ClassVar[type[ComponentArgs]] = _Args
+    default_reward_fns: ClassVar[tuple[str, ...]] = ()
+    seeds: int
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """``prompt``, ``seed``."""
+        return ("prompt", "seed")
+
+    def sample(self, n: int, generator: torch.Generator) -> list[dict[str, Any]]:
+        """``n`` seeds uniform in ``[0, seeds)``; the prompt is the hand that seed deals."""
+        env, adapter = _blackjack_env(), BlackjackAdapter()
+        rows = []
+        for s in torch.randint(0, self.seeds, (n,), generator=generator).tolist():
+            observation, _ = env.reset(seed=s)
+            rows.append({"prompt": adapter.render(env, observation), "seed": s})
+        return rows
+
+    def alphabet(self) -> str:
+        """The adapter's characters."""
+        return BlackjackAdapter().alphabet()
 
     def max_response_tokens(self) -> int:
         """The longest action word and EOS."""
