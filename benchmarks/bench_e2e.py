@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,34 @@ def run_trl(a: argparse.Namespace, clock: PhaseClock, stop: RewardStop) -> None:
 # ---------------------------------------------------------------------------------------- one run
 
 
+class RssByPhase:
+    """``--rss-profile``: the largest resident set seen in each phase (``set-up`` before the first step),
+    sampled every ``period`` seconds by a daemon thread from ``/proc/self/statm`` (Linux)."""
+
+    def __init__(self, clock: PhaseClock, period: float = 0.002) -> None:
+        self.clock, self.period = clock, period
+        self.peak: dict[str, float] = {}
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> RssByPhase:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        with open("/proc/self/statm") as statm:
+            while not self._stop.wait(self.period):
+                statm.seek(0)
+                rss = int(statm.read().split()[1]) * self._page / 2**20
+                phase = self.clock.phase or ("set-up" if not self.clock.steps else "between steps")
+                self.peak[phase] = max(self.peak.get(phase, 0.0), rss)
+
+
 def child(a: argparse.Namespace) -> None:
     """Run one side in this process and print its JSON line (steps, rewards, peak RSS, load)."""
     import torch
@@ -214,12 +243,14 @@ def child(a: argparse.Namespace) -> None:
     torch.set_num_interop_threads(1)
     load0 = os.getloadavg()[0]
     clock, stop = PhaseClock(), RewardStop(a.stop_at_reward)
-    with contextlib.suppress(TargetReached):
+    profile = RssByPhase(clock) if a.rss_profile else contextlib.nullcontext()
+    with profile, contextlib.suppress(TargetReached):
         (run_trinity if a.child == "trinity" else run_trl)(a, clock, stop)
     out = {
         "steps": clock.steps,
         "reward": stop.rewards[: len(clock.steps)],
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_by_phase_mib": profile.peak if isinstance(profile, RssByPhase) else {},
         "load": [load0, os.getloadavg()[0]],
         "threads": [torch.get_num_threads(), torch.get_num_interop_threads()],
     }
@@ -233,7 +264,7 @@ def spawn(
     python = a.trl_python if side == "trl" else sys.executable
     cmd = [python, __file__, "--child", side, "--size", size, "--seed", str(seed), "--steps", str(steps)]
     cmd += ["--stack", a.stack, "--prompts", str(a.prompts), "--group", str(a.group), *extra]
-    cmd += ["--micro-batch", str(a.micro_batch)]
+    cmd += ["--micro-batch", str(a.micro_batch)] + (["--rss-profile"] if a.rss_profile else [])
     env = {**os.environ, **dict.fromkeys(THREAD_VARS, "1")}
     env |= {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -286,6 +317,9 @@ def per_step(a: argparse.Namespace, sizes: list[str], folder: Path) -> bool:
                 run = spawn(side, a, size, a.seed, a.steps, extra)
                 runs[side].append(run)
                 print(run_row(f"{a.stack} {size} {side} #{rep + 1}", run, a.warmup), flush=True)
+                if run.get("rss_by_phase_mib"):
+                    peaks = ", ".join(f"{k} {v:.0f}" for k, v in run["rss_by_phase_mib"].items())
+                    print(f"  peak RSS MiB by phase: {peaks}", flush=True)
         med = {
             side: [
                 1000 * statistics.median(s[k] for r in rs for s in _measured(r, a.warmup))
@@ -357,6 +391,7 @@ def main() -> None:
         default=0,
         help="rows per micro-batch on both sides (0: the whole step); must divide prompts x group",
     )
+    p.add_argument("--rss-profile", action="store_true", help="print each run's peak RSS by phase")
     p.add_argument("--reward-time", action="store_true")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--max-steps", type=int, default=1500)

@@ -171,8 +171,16 @@ def sample_padded(
     response = out.sequences[:, ids.shape[1] :]
     picked = None
     if logprobs:  # under the distribution sampled from: the scores after every processor and warper
-        scores = torch.stack(out.scores, dim=1).float()  # (N, steps, V)
-        picked = scores.log_softmax(-1).gather(-1, response[:, : scores.shape[1], None].long())[..., 0]
+        # Step by step: stacking the (N, V) scores of every step would hold a copy of them all at once.
+        steps, out.scores = out.scores, None
+        picked = torch.stack(
+            [
+                step.float().log_softmax(-1).gather(-1, response[:, t, None].long())[:, 0]
+                for t, step in enumerate(steps)
+            ],
+            dim=1,
+        )
+        del steps
     return _cut_at_eos(ids, mask, response, picked, eos=eos, pad=pad, width=max_new_tokens)
 
 
