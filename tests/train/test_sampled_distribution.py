@@ -172,3 +172,21 @@ def test_warp_equals_transformers_warpers(
     finite = torch.isfinite(want)
     torch.testing.assert_close(got[finite], want[finite])
     assert math.isclose(float(got.softmax(-1).sum(-1).min()), 1.0, rel_tol=1e-5)
+
+
+def test_warp_divides_by_any_temperature_but_one() -> None:
+    logits = torch.tensor([[[1.0, -2.0, 4.0]]])
+    for temperature in (0.5, 2.0, 3.0):
+        got = SamplingDistribution(temperature=temperature).warp(logits)
+        torch.testing.assert_close(got, logits / temperature, rtol=0, atol=0)
+
+
+def test_top_p_drops_a_token_whose_cumulative_probability_is_exactly_one_minus_top_p() -> None:
+    # Four equal logits: probabilities exactly 1/4, cumulative 1/4, 1/2, 3/4, 1 in ascending order. With
+    # top_p = 0.75 the first reaches 1 - top_p = 1/4 exactly: it is dropped (at or below), as
+    # TopPLogitsWarper drops it; three tokens remain.
+    logits = torch.zeros(1, 4)
+    got = SamplingDistribution(top_p=0.75).warp(logits[:, None])[:, 0]
+    want = TopPLogitsWarper(0.75)(torch.zeros(1, 1, dtype=torch.long), logits.clone())
+    assert int(torch.isneginf(got).sum()) == 1
+    assert torch.equal(torch.isneginf(got), torch.isneginf(want))

@@ -102,3 +102,28 @@ def test_trimmed_micro_batches_give_the_untrimmed_loss_and_gradients(
     assert len(got_grads) == len(want_grads)
     for g, w in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_without_an_attention_mask_the_prompt_stays_and_a_row_selecting_nothing_sets_no_width() -> None:
+    # P = 2, R = 4: row 0 selects response columns 0-1, row 1 selects none; the width is row 0's, 2.
+    ids = torch.arange(12).reshape(2, 6)
+    action = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])
+    cut = trim_micro_batch(ids, None, 2, {"action_mask": action, "reward": torch.tensor([1.0, 0.0])})
+    assert cut.prompt_width == 2
+    assert cut.attention_mask is None
+    assert cut.input_ids.tolist() == [[0, 1, 2, 3], [6, 7, 8, 9]]
+    assert cut.columns["action_mask"].tolist() == [[1, 1], [0, 0]]
+    assert cut.columns["reward"].tolist() == [1.0, 0.0]  # a per-row column passes as it is
+
+
+def test_a_prompt_with_a_hole_keeps_every_prompt_column() -> None:
+    # P = 4: both prompts have 2 tokens, but row 0's are not left-aligned (a hole at column 2), so
+    # dropping the first two columns would drop one of its tokens: every prompt column is kept.
+    ids = torch.arange(12).reshape(2, 6)
+    attention = torch.tensor([[0, 1, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+    action = torch.tensor([[1, 1], [1, 0]])
+    cut = trim_micro_batch(ids, attention, 4, {"action_mask": action})
+    assert cut.prompt_width == 4
+    assert cut.input_ids.tolist() == ids.tolist()
+    assert cut.attention_mask is not None
+    assert cut.attention_mask.tolist() == attention.tolist()

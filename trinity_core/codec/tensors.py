@@ -34,6 +34,7 @@ __all__ = ["decode_multi_modal", "decode_tensor_field", "multi_modal_spec", "ten
 
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
+_LAYOUT = operator.attrgetter("layout")
 _MAX_DIMS = 64
 _INT64_MAX = 2**63 - 1
 
@@ -77,7 +78,8 @@ def tensor_field_spec(
         spec = {"present": None}
     kinds.discard(NONE)
     dtypes = set(map(_DTYPE, tensors)) if kinds == {Tensor} else set()
-    if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPE_NAMES:
+    layouts = set(map(_LAYOUT, tensors)) if kinds == {Tensor} else set()
+    if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPE_NAMES or layouts != {torch.strided}:
         _check_tensors(field, tensors, present)
         dtypes = set(map(_DTYPE, tensors))
     if len(dtypes) != 1:
