@@ -125,3 +125,43 @@ def test_a_malformed_tensor_field_is_refused_naming_it(spec: dict[str, Any], ref
     header, blob = _payload([Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1) for _ in range(2)])
     header = {**header, "tensors": {**header["tensors"], "logprobs": spec}}
     assert _refusal(header, {**blob, "logprobs": torch.zeros(2)}) == refusal
+
+
+def test_a_multi_modal_key_that_is_not_a_str_is_refused_naming_the_item() -> None:
+    exps = _with("multi_modal_inputs", {1: torch.ones(2)})
+    with pytest.raises(ExperienceEncodeError) as caught:
+        serialize_many(exps)
+    assert str(caught.value) == "experiences[1].multi_modal_inputs: keys must be str, got 1"
+
+
+@pytest.mark.parametrize("first", [torch.complex128, torch.float32], ids=["one-dtype", "mixed-dtypes"])
+def test_a_dtype_the_format_cannot_write_is_refused_alone_or_beside_another(first: torch.dtype) -> None:
+    exps = _with("logprobs", torch.ones(2, dtype=torch.complex128))
+    object.__setattr__(exps[0], "logprobs", torch.ones(2, dtype=first))
+    index = 0 if first == torch.complex128 else 1
+    with pytest.raises(
+        ExperienceEncodeError, match=rf"^experiences\[{index}\]\.logprobs: dtype torch\.complex128"
+    ):
+        serialize_many(exps)
+
+
+def test_a_field_that_no_item_holds_writes_no_spec_and_shapes_of_several_dims_are_listed() -> None:
+    exps = [Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1) for _ in range(2)]
+    header, _ = _payload(exps)
+    assert set(header["tensors"]) == {"tokens", "action_mask"}  # logprobs: None in every item
+    for e in exps:
+        object.__setattr__(e, "logprobs", torch.arange(6.0).reshape(2, 3))
+    header, _ = _payload(exps)
+    assert header["tensors"]["logprobs"] == {"present": None, "dtype": "float32", "shapes": [[2, 3], [2, 3]]}
+    back = deserialize_many(serialize_many(exps))
+    assert all(torch.equal(b.logprobs, torch.arange(6.0).reshape(2, 3)) for b in back)  # type: ignore[arg-type]
+
+
+def test_a_field_spec_with_no_items_and_an_empty_blob_decodes_to_none() -> None:
+    header, blob = _payload([Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1) for _ in range(2)])
+    header = {
+        **header,
+        "tensors": {**header["tensors"], "logprobs": {"present": [], "dtype": "float32", "len": 1}},
+    }
+    back = deserialize_many(frame(header, save({**blob, "logprobs": torch.zeros(0)})))
+    assert [b.logprobs for b in back] == [None, None]

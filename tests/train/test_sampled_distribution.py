@@ -190,3 +190,10 @@ def test_top_p_drops_a_token_whose_cumulative_probability_is_exactly_one_minus_t
     want = TopPLogitsWarper(0.75)(torch.zeros(1, 1, dtype=torch.long), logits.clone())
     assert int(torch.isneginf(got).sum()) == 1
     assert torch.equal(torch.isneginf(got), torch.isneginf(want))
+
+
+def test_warp_without_an_eos_token_or_settings_leaves_even_extreme_logits_alone() -> None:
+    # A logit so low that its probability underflows to 0 keeps its value: only the settings change it.
+    logits = torch.tensor([[[0.0, -1000.0, 3.0]]])
+    assert torch.equal(SamplingDistribution(min_new_tokens=2, eos_token_id=None).warp(logits), logits)
+    assert torch.equal(SamplingDistribution(top_p=1.0).warp(logits), logits)
