@@ -165,3 +165,14 @@ def test_a_field_spec_with_no_items_and_an_empty_blob_decodes_to_none() -> None:
     }
     back = deserialize_many(frame(header, save({**blob, "logprobs": torch.zeros(0)})))
     assert [b.logprobs for b in back] == [None, None]
+
+
+def test_an_empty_shapes_list_of_no_items_decodes_to_none_and_one_item_has_its_length() -> None:
+    header, blob = _payload([Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1) for _ in range(2)])
+    spec = {"present": [], "dtype": "float32", "shapes": []}
+    empty = save({**blob, "logprobs": torch.zeros(0)})
+    back = deserialize_many(frame({**header, "tensors": {**header["tensors"], "logprobs": spec}}, empty))
+    assert [b.logprobs for b in back] == [None, None]
+    one = [Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1, logprobs=torch.tensor([0.5, 0.25]))]
+    header, _ = _payload(one)
+    assert header["tensors"]["logprobs"] == {"present": None, "dtype": "float32", "len": 2}
