@@ -4,6 +4,7 @@ defaults, masking, host syncs and micro-batch invariance."""
 from __future__ import annotations
 
 import math
+import re
 
 import pydantic
 import pytest
@@ -114,7 +115,11 @@ def test_loss_agg_mode_none_uses_the_mode_the_trainer_passes() -> None:
 def test_missing_old_logprobs_is_a_clear_error_unless_falling_back() -> None:
     x = loss_inputs(0)
     x["old_log_probs"] = None  # type: ignore[assignment]
-    with pytest.raises(ValueError, match="fallback_to_policy_gradient"):
+    message = (
+        "old_log_probs is None; the PPO ratio needs the sampling policy's log-probs "
+        "(or set fallback_to_policy_gradient=True for plain PG)"
+    )
+    with pytest.raises(ValueError, match=rf"^policy loss '[^']+': {re.escape(message)}$"):
         grad_of(PPOPolicyLossFn(), x)
     loss, _metrics, _grad = grad_of(PPOPolicyLossFn(fallback_to_policy_gradient=True), x)
     assert torch.isfinite(loss)
