@@ -134,11 +134,18 @@ def test_a_multi_modal_key_that_is_not_a_str_is_refused_naming_the_item() -> Non
     assert str(caught.value) == "experiences[1].multi_modal_inputs: keys must be str, got 1"
 
 
-@pytest.mark.parametrize("first", [torch.complex128, torch.float32], ids=["one-dtype", "mixed-dtypes"])
-def test_a_dtype_the_format_cannot_write_is_refused_alone_or_beside_another(first: torch.dtype) -> None:
-    exps = _with("logprobs", torch.ones(2, dtype=torch.complex128))
-    object.__setattr__(exps[0], "logprobs", torch.ones(2, dtype=first))
-    index = 0 if first == torch.complex128 else 1
+@pytest.mark.parametrize(
+    "dtypes",
+    [(torch.complex128,) * 3, (torch.float32, torch.float16, torch.complex128)],
+    ids=["one-dtype", "mixed-dtypes"],
+)
+def test_a_dtype_the_format_cannot_write_is_refused_alone_or_beside_others(
+    dtypes: tuple[torch.dtype, ...],
+) -> None:
+    exps = [Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1) for _ in dtypes]
+    for e, dtype in zip(exps, dtypes, strict=True):
+        object.__setattr__(e, "logprobs", torch.ones(2, dtype=dtype))
+    index = dtypes.index(torch.complex128)
     with pytest.raises(
         ExperienceEncodeError, match=rf"^experiences\[{index}\]\.logprobs: dtype torch\.complex128"
     ):

@@ -197,3 +197,9 @@ def test_warp_without_an_eos_token_or_settings_leaves_even_extreme_logits_alone(
     logits = torch.tensor([[[0.0, -1000.0, 3.0]]])
     assert torch.equal(SamplingDistribution(min_new_tokens=2, eos_token_id=None).warp(logits), logits)
     assert torch.equal(SamplingDistribution(top_p=1.0).warp(logits), logits)
+
+
+def test_top_k_of_one_keeps_only_the_largest_logits() -> None:
+    logits = torch.tensor([[[0.5, 2.0, -1.0, 2.0]]])
+    got = SamplingDistribution(top_k=1).warp(logits)
+    assert torch.isneginf(got).tolist() == [[[True, False, True, False]]]  # ties with the largest stay
