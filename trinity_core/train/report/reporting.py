@@ -147,7 +147,10 @@ def hparams(config: Any) -> dict[str, bool | int | float | str]:
 def init_trackers(accelerator: Any, config: Any) -> None:
     """Start the accelerator's trackers (project ``trinity``) with the run's :func:`hparams`."""
     if accelerator.log_with:
-        accelerator.init_trackers("trinity", config=hparams(config))
+        # TensorBoard's writer queue holds 10 events by default and each metric is one event: with a
+        # few dozen metrics a step, the training thread waited on the writer thread every step.
+        init_kwargs = {"tensorboard": {"max_queue": 1000}}
+        accelerator.init_trackers("trinity", config=hparams(config), init_kwargs=init_kwargs)
 
 
 def markdown_table(columns: Sequence[str], data: Sequence[Sequence[Any]]) -> str:
