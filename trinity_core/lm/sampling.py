@@ -171,17 +171,23 @@ def sample_padded(
     response = out.sequences[:, ids.shape[1] :]
     picked = None
     if logprobs:  # under the distribution sampled from: the scores after every processor and warper
-        # Step by step: stacking the (N, V) scores of every step would hold a copy of them all at once.
         steps, out.scores = out.scores, None
-        picked = torch.stack(
-            [
-                step.float().log_softmax(-1).gather(-1, response[:, t, None].long())[:, 0]
-                for t, step in enumerate(steps)
-            ],
-            dim=1,
-        )
-        del steps
+        picked = _picked_logprobs(steps, response)
     return _cut_at_eos(ids, mask, response, picked, eos=eos, pad=pad, width=max_new_tokens)
+
+
+def _picked_logprobs(scores: Sequence[Tensor], response: Tensor) -> Tensor:
+    """``(N, steps)``: each sampled token's log-probability under its step's processed ``(N, V)`` scores.
+
+    Step by step: stacking every step's scores first would hold a copy of them all at once.
+    """
+    return torch.stack(
+        [
+            step.float().log_softmax(-1).gather(-1, response[:, t, None].long())[:, 0]
+            for t, step in enumerate(scores)
+        ],
+        dim=1,
+    )
 
 
 _NEUTRAL = {

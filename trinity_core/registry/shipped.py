@@ -139,6 +139,7 @@ SHIPPED: dict[str, dict[str, str]] = {
         "offline_easy2hard": "trinity-plugin-buffer",
     },
     "trinity_core.tasks": {
+        "blackjack": "trinity-plugin-gym",
         "frozen_lake": "trinity-plugin-gym",
         "multiplication": "trinity-plugin-tools",
         "reasoning_gym": "trinity-plugin-reasoning-gym",
