@@ -175,8 +175,8 @@ def test_the_multi_turn_workflow_scaffold_plays_until_the_answer_is_right(
     import string
 
     import torch
-    from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
 
+    from trinity_core.train.models.policy import build_char_tokenizer, tiny_model
     from trinity_core.workflows import GenerationEngine, WorkflowRunner, make_tasks
 
     cls = _component_module(tmp_path, "game_t", "workflow", multi_turn=True).GameTWorkflow  # type: ignore[attr-defined]
