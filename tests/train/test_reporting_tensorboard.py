@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from accelerate import Accelerator
 from rollout_support import TINY_MODEL
 
+from trinity_core.config import resolve_config
 from trinity_core.train import train
-from trinity_core.train.report.reporting import markdown_table
+from trinity_core.train.report.reporting import init_trackers, markdown_table
 
 pytest.importorskip("tensorboard", reason="needs tensorboard (Accelerate's tensorboard tracker)")
 
@@ -63,3 +65,13 @@ def test_a_run_logs_its_sample_rows_to_tensorboards_text_panel(tmp_path: Path) -
         written = [r for r in rows if r["step"] == step]
         columns = ["step", "prompt", "completion", "reward"]
         assert text == markdown_table(columns, [[r[c] for c in columns] for r in written])
+
+
+def test_the_tensorboard_writer_queue_holds_a_steps_metrics(tmp_path: Path) -> None:
+    """Each metric is one TensorBoard event; a queue of TensorBoard's default 10 made the training thread
+    wait on the writer thread every step. The run's tracker is started with a queue of 1,000."""
+    accelerator = Accelerator(log_with="tensorboard", project_dir=str(tmp_path))
+    init_trackers(accelerator, resolve_config(None))
+    (tracker,) = accelerator.trackers
+    assert tracker.writer.max_queue == 1000
+    accelerator.end_training()
