@@ -77,6 +77,7 @@ def test_calls_outside_a_step_are_not_counted_and_before_step_runs_first() -> No
 
 @pytest.mark.parametrize("kl_loss_fn", ["none", "k3"])
 def test_a_trinity_run_is_cut_into_phases_and_the_wrapping_undone(tmp_path: Path, kl_loss_fn: str) -> None:
+    pytest.importorskip("transformers", reason="a trinity train run (train extra)")
     from transformers.generation.utils import GenerationMixin
 
     from trinity_core.train import train
