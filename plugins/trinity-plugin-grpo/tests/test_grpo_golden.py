@@ -222,3 +222,16 @@ def test_call_and_empty_input() -> None:
     exps = make_group_exps([[0, 1]])
     out, _ = fn(exps)
     assert out == exps
+
+
+@BOTH_PATHS
+def test_group_statistics_are_float64_for_rewards_far_from_zero(path: str) -> None:
+    # Rewards a million from zero, each exact in float32. Their sum, 4,000,003.75, is not: float32 rounds
+    # it to 4,000,004 (an error of 1/16 in the mean, a tenth of the std). In float64 the mean is
+    # 1,000,000.9375 and the unbiased std sqrt(sum of squared deviations / 3).
+    rewards = [1e6 + 0.25, 1e6 + 0.5, 1e6 + 1.0, 1e6 + 2.0]
+    out, _ = run(path, GRPOGroupedAdvantage(), make_group_exps([rewards]))
+    mean = sum(rewards) / 4
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / 3)
+    expected = torch.tensor([(r - mean) / (std + EPS) for r in rewards], dtype=torch.float64)
+    torch.testing.assert_close(scores(out), expected, rtol=1e-6, atol=1e-6)
