@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from crash_support import CrashAfter
 from reliability_driver import register_length_reward
 from rollout_support import TINY_MODEL
 from safetensors.torch import load_file
@@ -117,22 +118,6 @@ def test_the_hooks_run_where_the_pipeline_lists_them(tmp_path: Path) -> None:
     finally:
         pm.unregister(name="recorder")
     assert max(after) > 1.0 >= max(before)  # length / 8 <= 1 before scaling
-
-
-class Crash(RuntimeError):
-    """Stands in for a kill."""
-
-
-class CrashAfter:
-    """Kills the run after a step's checkpoint."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    @hookimpl
-    def trinity_on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        if step == self.step:
-            raise Crash(f"killed after step {step}")
 
 
 MIXED = {

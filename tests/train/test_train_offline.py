@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from crash_support import Crash, CrashAfter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -28,7 +29,6 @@ from trinity_core.config import ConfigError, resolve_config
 from trinity_core.experience import EID, Experience
 from trinity_core.hf import to_hf_datasets
 from trinity_core.hooks import HookCallError, get_plugin_manager
-from trinity_core.hookspecs import hookimpl
 from trinity_core.lm.sampling import generate
 from trinity_core.train import train
 from trinity_core.train.data.stored import StoredExperiences, detect_format, read_experiences
@@ -174,22 +174,6 @@ def test_both_formats_read_the_same_experiences_and_train_alike(tmp_path: Path) 
         runs.append(train(config, run_dir=tmp_path / f"run-{name}"))
     assert runs[0].steps == len(runs[0].history) == 2
     assert [r["actor/loss"] for r in runs[0].history] == [r["actor/loss"] for r in runs[1].history]
-
-
-class Crash(RuntimeError):
-    """Stands in for a kill."""
-
-
-class CrashAfter:
-    """Raises after step ``step``'s metrics (and checkpoint, if any) are written."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    @hookimpl
-    def trinity_on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        if step == self.step:
-            raise Crash(f"killed after step {step}")
 
 
 def test_killed_and_resumed_offline_run_matches_uninterrupted_run(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import torch
+from crash_support import Crash, CrashAfter
 from reliability_driver import register_length_reward
 from safetensors.torch import load_file
 
 from trinity_core.hooks import HookCallError, get_plugin_manager
-from trinity_core.hookspecs import hookimpl
 from trinity_core.train import train
 
 CONFIG: dict[str, Any] = {
@@ -43,22 +43,6 @@ CONFIG: dict[str, Any] = {
         }
     },
 }
-
-
-class Crash(RuntimeError):
-    """Stands in for a kill."""
-
-
-class CrashAfter:
-    """A metrics observer that 'kills' the run after a step (after that step's checkpoint, if any)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    @hookimpl
-    def trinity_on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        if step == self.step:
-            raise Crash(f"killed after step {step}")
 
 
 def final_weights(run: Path) -> dict[str, torch.Tensor]:
