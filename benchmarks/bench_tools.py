@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 from trinity_plugin_tools import HermesParser, MultiplicationTask, ToolsWorkflow
+from trinity_plugin_tools.templates import MESSAGES_TEMPLATE
 
 from trinity_core.buffer import make_buffer
 from trinity_core.components import ToolCall
@@ -67,14 +68,7 @@ MODEL = {
 }
 TEMPLATE = (
     "{%- if tools %}{{ 'tools: ' + (tools | map(attribute='function') | map(attribute='name') | join(', '))"
-    " + '\\n' }}{% endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' %}{{ '<assistant>' + message.content + eos_token + '\\n' }}"
-    "{%- elif message.role == 'tool' %}{{ '<tool_response>' + message.content + '</tool_response>\\n' }}"
-    "{%- else %}{{ '<' + message.role + '>' + message.content + '</' + message.role + '>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '<assistant>' }}{% endif %}"
+    " + '\\n' }}{% endif %}" + MESSAGES_TEMPLATE
 )
 """The compact template: the tools named on one line, then Qwen2.5's layout (see the module doc)."""
 MAX_NEW_TOKENS = 96

@@ -18,12 +18,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TEMPLATES", "ChatRenderer", "TemplateSetupError", "check_template", "resolve_template"]
+__all__ = [
+    "MESSAGES_TEMPLATE",
+    "TEMPLATES",
+    "ChatRenderer",
+    "TemplateSetupError",
+    "check_template",
+    "resolve_template",
+]
 
-TOOLS_TEMPLATE = (
-    "{%- if tools %}{{ '<tools>\\n' }}"
-    "{%- for tool in tools %}{{ (tool.function or tool) | tojson }}{{ '\\n' }}{% endfor %}"
-    "{{ '</tools>\\n' }}{% endif %}"
+MESSAGES_TEMPLATE = (
     "{%- for message in messages %}"
     "{%- if message.role == 'assistant' %}{{ '<assistant>' + message.content + eos_token + '\\n' }}"
     "{%- elif message.role == 'tool' %}{{ '<tool_response>' + message.content + '</tool_response>\\n' }}"
@@ -31,6 +35,14 @@ TOOLS_TEMPLATE = (
     "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{ '<assistant>' }}{% endif %}"
+)
+"""The messages in Qwen2.5's layout: every reply ended by the EOS token, tool results in
+``<tool_response>``; a template puts its rendering of the tools before it."""
+
+TOOLS_TEMPLATE = (
+    "{%- if tools %}{{ '<tools>\\n' }}"
+    "{%- for tool in tools %}{{ (tool.function or tool) | tojson }}{{ '\\n' }}{% endfor %}"
+    "{{ '</tools>\\n' }}{% endif %}" + MESSAGES_TEMPLATE
 )
 """A compact tool-aware template in Qwen2.5's layout (for tokenizers without a template of their own)."""
 
