@@ -67,16 +67,20 @@ class Case:
     note: str = ""
     tags: tuple[str, ...] = field(default=())
 
+    def checkpoint_every(self, steps: int) -> int:
+        """Checkpoints of a run of ``steps`` steps are this many steps apart (the held-out curve's step)."""
+        return min(self.eval_every or 200, steps)
+
     def overrides(self, parts: str, seed: int, steps: int) -> list[str]:
         """The ``--set`` overrides of one run."""
-        every = self.eval_every or 200
+        every = self.checkpoint_every(steps)
         return [
             *(s.replace("{parts}", parts) for s in self.sets),
             f"trainer.total_steps={steps}",
             f"trainer.seed={seed}",
             "trainer.threads=1",
-            f"trainer.checkpoint_every={min(every, steps)}",
-            f"trainer.keep_checkpoints={steps // min(every, steps) + 1 if self.eval_every else 2}",
+            f"trainer.checkpoint_every={every}",
+            f"trainer.keep_checkpoints={steps // every + 1 if self.eval_every else 2}",
             "trainer.log_samples_every=0",
         ]
 

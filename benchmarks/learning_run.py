@@ -197,8 +197,7 @@ def run_case(case: Case, seed: int, steps: int, out: Path) -> dict[str, Any]:
         **_reward_stats(history, case),
     }
     if case.kind == "env":
-        every = max(steps // 10, 1)
-        curve = _checkpoint_curve(case, run_dir, steps, every)
+        curve = _checkpoint_curve(case, run_dir, steps, case.checkpoint_every(steps))
         final = _env_scores(
             case, run_dir, None if (run_dir / "model").is_dir() else steps, EPISODES[case.task]
         )
@@ -221,7 +220,7 @@ def run_case(case: Case, seed: int, steps: int, out: Path) -> dict[str, Any]:
             untrained_pass1=untrained["pass@1"],
         )
         if case.kind == "offline":
-            curve = _checkpoint_curve(case, run_dir, steps, case.eval_every)
+            curve = _checkpoint_curve(case, run_dir, steps, case.checkpoint_every(steps))
             result.update(curve=curve, steps_to_target=_first_reaching(curve, case.target))
     result["seconds_to_target"] = _seconds_to(history, result.get("steps_to_target"))
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)

@@ -189,6 +189,21 @@ def test_embedded_default_resolves_to_the_documented_run() -> None:
     assert cfg.tasks.name == "last_digit"
 
 
+def test_switching_the_task_of_the_default_takes_the_tasks_reward_functions() -> None:
+    """The default names no reward function: last_digit brings exact_match, and an environment scored by
+    its workflow (no ``answer`` field) resolves with no reward function instead of being refused."""
+    from trinity_core.train.data.rewards import build_rewards
+    from trinity_core.train.data.tasks import build_task
+
+    cfg = resolve_config(DEFAULT_CONFIG)
+    assert build_rewards(cfg, build_task(cfg))[0] == ["exact_match"]
+    pytest.importorskip("trinity_plugin_gym")
+    lake = resolve_config(
+        None, overrides=["tasks.name=frozen_lake", "rollout.workflow=gym"], embedded=DEFAULT_CONFIG
+    )
+    assert build_rewards(lake, build_task(lake))[0] == []
+
+
 def test_switching_the_preset_of_the_default_takes_the_new_presets_components() -> None:
     def switched(name: str) -> Any:
         return resolve_config(None, overrides=[f"algorithm.algorithm_type={name}"], embedded=DEFAULT_CONFIG)

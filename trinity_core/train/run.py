@@ -51,7 +51,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # `--set algorithm.algorithm_type=sapo` these rank below sapo's own defaults (config/layers.py).
     "algorithm": {"algorithm_type": "grpo", "repeat_times": 16, "kl_loss_fn": "none"},
     "model": {"model_path": None},
-    "tasks": {"name": "last_digit", "reward_fns": ["exact_match"], "eval_size": 100},
+    # No reward_fns: the task's own defaults (exact_match for last_digit), so `--set tasks.name=...` to a
+    # task whose workflow scores episodes itself needs no reward override.
+    "tasks": {"name": "last_digit", "eval_size": 100},
     "rollout": {"prompts_per_step": 16, "temperature": 1.0},
     "trainer": {
         "total_steps": 800,
