@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -16,11 +16,11 @@ from trinity_plugin_distill.metrics import row_sum_stats
 if TYPE_CHECKING:
     from trinity_core.batch import ExperienceBatch
 
-__all__ = ["JSDAdvantage", "JSDArgs", "jsd_surrogate"]
+__all__ = ["JSDAdvantage", "JSDArgs", "jsd_student_term", "jsd_surrogate"]
 
 
 class JSDArgs(ComponentArgs):
-    """Arguments of :class:`JSDAdvantage` (defaults = reference ``default_args()``)."""
+    """Arguments of :class:`JSDAdvantage` (defaults = reference ``default_args()``, plus ``estimator``)."""
 
     lambda_coef: float = Field(
         0.5, ge=0, le=1, description="Mixture weight beta: m = beta * p_teacher + (1 - beta) * p_student."
@@ -39,21 +39,50 @@ class JSDArgs(ComponentArgs):
         ge=1,
         description="Compute over the flattened tokens in chunks of this size (memory); None = at once.",
     )
+    estimator: Literal["student", "reference"] = Field(
+        "student",
+        description=(
+            "'student': the policy-gradient estimate of the JSD under student sampling, "
+            "(1 - beta) * (s - log m); 'reference': trinity-rft 0.6.0's surrogate, "
+            "beta * (t - log m) + (1 - beta) * (s - log m), which is never positive, so its advantage "
+            "raises every sampled token. Equal at beta = 0 and 1."
+        ),
+    )
+
+
+def _log_mixture(student: Tensor, teacher: Tensor, beta: float) -> Tensor:
+    """``log m = log((1 − beta)·e^s + beta·e^t)`` by ``logaddexp`` (never by ``exp``)."""
+    return torch.logaddexp(student + math.log1p(-beta), teacher + math.log(beta))
 
 
 def jsd_surrogate(student: Tensor, teacher: Tensor, beta: float) -> Tensor:
-    """Per-token surrogate of the generalised JSD from the sampled tokens' log-probs ``s``, ``t``.
+    """trinity-rft 0.6.0's per-token surrogate of the generalised JSD from the sampled tokens' log-probs.
 
-    ``beta = 0``: ``s − t``; ``beta = 1``: ``t − s``; otherwise, with
-    ``log m = logsumexp(s + log(1 − beta), t + log beta)``,
-    ``jsd = beta · (t − log m) + (1 − beta) · (s − log m)``. Elementwise; inputs must be finite.
+    ``beta = 0``: ``s − t``; ``beta = 1``: ``t − s``; otherwise
+    ``jsd = beta · (t − log m) + (1 − beta) · (s − log m)``, which is never positive: it is
+    ``beta·t + (1 − beta)·s − log((1 − beta)·e^s + beta·e^t)``, a weighted mean of logs minus the log of
+    the weighted mean (Jensen). Elementwise; inputs must be finite.
     """
     if beta == 0.0:
         return student - teacher
     if beta == 1.0:
         return teacher - student
-    log_m = torch.logaddexp(student + math.log1p(-beta), teacher + math.log(beta))
+    log_m = _log_mixture(student, teacher, beta)
     return beta * (teacher - log_m) + (1.0 - beta) * (student - log_m)
+
+
+def jsd_student_term(student: Tensor, teacher: Tensor, beta: float) -> Tensor:
+    """The per-token JSD term whose negative is the policy-gradient advantage under student sampling.
+
+    For ``D = beta·KL(p_t‖m) + (1 − beta)·KL(p_s‖m)`` with ``m = beta·p_t + (1 − beta)·p_s``,
+    ``∂D/∂p_s(y) = (1 − beta)·log(p_s(y)/m(y))`` (the terms through ``m`` cancel), so
+    ``∇D = E_{y∼p_s}[(1 − beta)(s − log m)·∇log p_s(y)]``: the term is ``(1 − beta)(s − log m)``, whose
+    mean under student sampling is ``(1 − beta)·KL(p_s‖m) ≥ 0``. ``beta = 0`` and ``1`` are the
+    reference's special cases (``s − t``, ``t − s``). Elementwise; inputs must be finite.
+    """
+    if beta == 0.0 or beta == 1.0:
+        return jsd_surrogate(student, teacher, beta)
+    return (1.0 - beta) * (student - _log_mixture(student, teacher, beta))
 
 
 class JSDAdvantage(TrainerAdvantage):
@@ -64,17 +93,24 @@ class JSDAdvantage(TrainerAdvantage):
     divided by ``temperature = T``. With ``β = lambda_coef`` and
     ``log m = log((1 − β)·e^s + β·e^t)`` (computed by ``logaddexp``, never by ``exp``):
 
-        ``jsd = β (t − log m) + (1 − β)(s − log m)``  (``β = 0``: ``s − t``; ``β = 1``: ``t − s``),
+        ``jsd = (1 − β)(s − log m)``  (``estimator="student"``, the default), or
+        ``jsd = β (t − log m) + (1 − β)(s − log m)``  (``estimator="reference"``),
+        (both: ``β = 0``: ``s − t``; ``β = 1``: ``t − s``),
         ``A_bt = −kl_coef · jsd_bt · m_bt``,  ``returns = A``.
 
-    **A per-sampled-token surrogate, not the divergence**, as in trinity-rft 0.6.0. The true generalised
-    JSD sums over the vocabulary, ``β·KL(p_t‖m) + (1 − β)·KL(p_s‖m)``; here each term is replaced by
-    the log-ratio at the one sampled token, without the importance weight ``p_t/p_s`` the teacher term
-    would need under student sampling. So ``jsd`` is not an unbiased estimate, **can be negative**, and
-    its end points are special cases that are not the limits of the mixture formula (which tends to 0
-    as ``β → 0`` or ``1``): ``β = 0`` gives ``A = kl_coef (t − s)``, the ``on_policy_distill``
-    advantage, while ``β = 1`` gives ``A = kl_coef (s − t)``, which pushes the student *away* from the
-    teacher. Kept as in the reference for compatibility; prefer ``0 ≤ β < 1``.
+    **Estimator.** The true generalised JSD sums over the vocabulary, ``D = β·KL(p_t‖m) +
+    (1 − β)·KL(p_s‖m)``. Its gradient under student sampling is ``E[(1 − β)(s − log m)·∇log p_s]``
+    (:func:`jsd_student_term`), so ``estimator="student"`` uses ``jsd = (1 − β)(s − log m)``: positive
+    advantage where the mixture (the teacher) gives the sampled token more probability than the
+    student, negative where less. ``estimator="reference"`` is trinity-rft 0.6.0's surrogate
+    (:func:`jsd_surrogate`), which replaces each KL by its log-ratio
+    at the sampled token without the importance weight ``p_t/p_s`` the teacher term needs: that ``jsd`` is
+    **never positive** for ``0 < β < 1`` (Jensen), so its advantage raises every sampled token, more
+    where student and teacher disagree, and the student collapses instead of learning the teacher
+    (docs/benchmarks.md, "Learning baselines"). Both keep the reference's end points, which are special
+    cases and not the limits of the mixture formula (which tends to 0 as ``β → 0`` or ``1``):
+    ``β = 0`` gives ``A = kl_coef (t − s)``, the ``on_policy_distill`` advantage, while ``β = 1`` gives
+    ``A = kl_coef (s − t)``, which pushes the student *away* from the teacher; prefer ``0 ≤ β < 1``.
 
     **Temperature**: only sampled-token log-probs are available, so ``T`` divides them (``s/T``,
     ``t/T``, i.e. the unnormalised ``p^{1/T}``), not the logits: the log-normaliser of
@@ -96,6 +132,7 @@ class JSDAdvantage(TrainerAdvantage):
     kl_coef: float
     temperature: float
     chunk_size: int | None
+    estimator: Literal["student", "reference"]
 
     def per_token(self, student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
         """``jsd`` per token ``(N, R)``, 0 at masked positions (inputs selected before any arithmetic)."""
@@ -103,13 +140,14 @@ class JSDAdvantage(TrainerAdvantage):
         t = torch.where(mask, teacher, 0.0)
         if self.temperature != 1.0:
             s, t = s / self.temperature, t / self.temperature
+        term = jsd_student_term if self.estimator == "student" else jsd_surrogate
         if self.chunk_size is None or s.numel() <= self.chunk_size:
-            values = jsd_surrogate(s, t, self.lambda_coef)
+            values = term(s, t, self.lambda_coef)
         else:
             flat_s, flat_t = s.reshape(-1), t.reshape(-1)
             values = torch.cat(
                 [
-                    jsd_surrogate(cs, ct, self.lambda_coef)
+                    term(cs, ct, self.lambda_coef)
                     for cs, ct in zip(
                         torch.split(flat_s, self.chunk_size),
                         torch.split(flat_t, self.chunk_size),
