@@ -290,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not ns.table:
         run_all(cases, seeds, out, ns.jobs, ns.quick, ns.time_budget)
-    names = {c.name for c in cases}
-    table = summarize([r for r in read_results(out) if r["case"] in names], cases)
+    # A row's runs of another length (its budget changed since) are not part of its figures.
+    wanted = {(c.name, c.quick_steps if ns.quick else c.steps) for c in cases}
+    table = summarize([r for r in read_results(out) if (r["case"], r["steps"]) in wanted], cases)
     (out / "table.json").write_text(json.dumps(table, indent=1))
     parts = out / "parts"
     text = render(table, cases, str(parts.relative_to(ROOT) if parts.is_relative_to(ROOT) else parts))
