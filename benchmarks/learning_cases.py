@@ -107,7 +107,7 @@ def _offline(preset: str, data: str, batch: int, **kw: object) -> Case:
     return Case(preset, preset, "last_digit", "offline", sets, steps=500, eval_every=50, parts=(data,), **kw)  # type: ignore[arg-type]
 
 
-def _env(preset: str, env: str, steps: int, lr: str = "1e-2") -> Case:
+def _env(preset: str, env: str, steps: int, lr: str = "1e-2", name: str | None = None) -> Case:
     args = ENV_ARGS[env]
     flow = ", ".join(f"{k}: {v}" for k, v in args["workflow"].items())
     sets = [
@@ -126,7 +126,7 @@ def _env(preset: str, env: str, steps: int, lr: str = "1e-2") -> Case:
     if args["task"]:
         sets.append("tasks.args={" + ", ".join(f"{k}: {v}" for k, v in args["task"].items()) + "}")
     return Case(
-        f"{preset}/{env}",
+        name or f"{preset}/{env}",
         preset,
         env,
         "env",
@@ -185,6 +185,17 @@ CASES: tuple[Case, ...] = (
     _clip("rec"),
     _clip("topr"),
     _clip("ppo"),
+    _rl(
+        "dapo",
+        "algorithm.policy_loss_fn_args={clip_range_low: 0.2, clip_range_high: 0.28}",
+        "rollout.experience_pipeline=[{name: dynamic_sampling, args: {max_extra_rounds: 3}}]",
+        "trainer.minibatches=4",
+        "trainer.epochs=2",
+        name="dapo (paper)+4mb2ep",
+        steps=STEPS // 2,
+        note="the preset is grpo without KL; the paper's clip-higher and dynamic sampling are set here",
+        tags=("clip",),
+    ),
     _offline("sft", "answers", 64),
     _offline("cpt", "text", 64),
     _offline("dpo", "pairs", 32),
@@ -192,6 +203,7 @@ CASES: tuple[Case, ...] = (
     _env("gigpo", "frozen_lake", 300),
     _env("multi_step_grpo", "blackjack", 300),
     _env("gigpo", "blackjack", 300),
+    _env("multi_step_grpo", "blackjack", 300, lr="1e-3", name="multi_step_grpo/blackjack (lr 1e-3)"),
 )
 
 
