@@ -203,6 +203,7 @@ CASES: tuple[Case, ...] = (
     _env("gigpo", "frozen_lake", 300),
     _env("multi_step_grpo", "blackjack", 300),
     _env("gigpo", "blackjack", 300),
+    _env("multi_step_grpo", "frozen_lake", 300, lr="1e-3", name="multi_step_grpo/frozen_lake (lr 1e-3)"),
     _env("multi_step_grpo", "blackjack", 300, lr="1e-3", name="multi_step_grpo/blackjack (lr 1e-3)"),
 )
 
