@@ -188,7 +188,8 @@ CASES: tuple[Case, ...] = (
     _rl(
         "dapo",
         "algorithm.policy_loss_fn_args={clip_range_low: 0.2, clip_range_high: 0.28}",
-        "rollout.experience_pipeline=[{name: dynamic_sampling, args: {max_extra_rounds: 3}}]",
+        "rollout.experience_pipeline=[{name: dynamic_sampling, "
+        "args: {max_extra_rounds: 3, when_empty: keep}}]",
         "trainer.minibatches=4",
         "trainer.epochs=2",
         name="dapo (paper)+4mb2ep",
