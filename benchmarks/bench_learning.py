@@ -7,7 +7,7 @@ from its last checkpoint). The table (mean and min-max over seeds) is printed an
 ``OUT/table.md`` and ``OUT/table.json``; docs/benchmarks.md ("Learning baselines") holds the full one and
 ``benchmarks/learning_baselines.json`` its data.
 
-    python benchmarks/bench_learning.py                      # the full table (about two hours on 2 cores)
+    python benchmarks/bench_learning.py                      # the full table (about 80 minutes on 2 cores)
     python benchmarks/bench_learning.py --presets grpo,ppo   # the rows of these presets (or row names)
     python benchmarks/bench_learning.py --quick              # smoke: 20 steps, seed 0, its own OUT
     python benchmarks/bench_learning.py --table              # the table of what OUT holds, no runs

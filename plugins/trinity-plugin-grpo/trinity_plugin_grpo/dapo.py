@@ -33,6 +33,8 @@ class DAPOAlgorithm(AlgorithmPreset):
                                                                      # sample more prompts to refill
             - {name: overlong_penalty, args: {cache_length: 4}}      # soft length penalty, after it
 
+    Once the model solves every group of a step, ``dynamic_sampling`` stops the run (nothing left to
+    learn from); ``when_empty: keep`` in its args trains on that step instead.
     Token-level loss is ``loss_agg_mode: token-mean``, the default. ``grpo``'s ``std_threshold: 0.0``
     also drops zero-variance groups, but the step then trains on fewer groups (no over-sampling).
 
