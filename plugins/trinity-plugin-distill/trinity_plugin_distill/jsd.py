@@ -103,11 +103,11 @@ class JSDAdvantage(TrainerAdvantage):
     (:func:`jsd_student_term`), so ``estimator="student"`` uses ``jsd = (1 − β)(s − log m)``: positive
     advantage where the mixture (the teacher) gives the sampled token more probability than the
     student, negative where less. ``estimator="reference"`` is trinity-rft 0.6.0's surrogate
-    (:func:`jsd_surrogate`), which replaces each KL by its log-ratio
-    at the sampled token without the importance weight ``p_t/p_s`` the teacher term needs: that ``jsd`` is
-    **never positive** for ``0 < β < 1`` (Jensen), so its advantage raises every sampled token, more
-    where student and teacher disagree, and the student collapses instead of learning the teacher
-    (docs/benchmarks.md, "Learning baselines"). Both keep the reference's end points, which are special
+    (:func:`jsd_surrogate`), which replaces each KL by its log-ratio at the sampled token without the
+    importance weight ``p_t/p_s`` the teacher term needs: that ``jsd`` is **never positive** for
+    ``0 < β < 1`` (Jensen), so its advantage raises every sampled token, more where student and teacher
+    disagree, and the student collapses instead of learning the teacher (docs/benchmarks.md, "Learning
+    baselines"). Both keep the reference's end points, which are special
     cases and not the limits of the mixture formula (which tends to 0 as ``β → 0`` or ``1``):
     ``β = 0`` gives ``A = kl_coef (t − s)``, the ``on_policy_distill`` advantage, while ``β = 1`` gives
     ``A = kl_coef (s − t)``, which pushes the student *away* from the teacher; prefer ``0 ≤ β < 1``.
