@@ -107,7 +107,9 @@ def _offline(preset: str, data: str, batch: int, **kw: object) -> Case:
     return Case(preset, preset, "last_digit", "offline", sets, steps=500, eval_every=50, parts=(data,), **kw)  # type: ignore[arg-type]
 
 
-def _env(preset: str, env: str, steps: int, lr: str = "1e-2", name: str | None = None) -> Case:
+def _env(
+    preset: str, env: str, steps: int, lr: str = "1e-2", name: str | None = None, extra: tuple[str, ...] = ()
+) -> Case:
     args = ENV_ARGS[env]
     flow = ", ".join(f"{k}: {v}" for k, v in args["workflow"].items())
     sets = [
@@ -122,6 +124,7 @@ def _env(preset: str, env: str, steps: int, lr: str = "1e-2", name: str | None =
         f"rollout.workflow_args={{{flow}}}",
         f"trainer.lr={lr}",
         TINY,
+        *extra,
     ]
     if args["task"]:
         sets.append("tasks.args={" + ", ".join(f"{k}: {v}" for k, v in args["task"].items()) + "}")
@@ -206,6 +209,13 @@ CASES: tuple[Case, ...] = (
     _env("gigpo", "blackjack", 300),
     _env("multi_step_grpo", "frozen_lake", 300, lr="1e-3", name="multi_step_grpo/frozen_lake (lr 1e-3)"),
     _env("multi_step_grpo", "blackjack", 300, lr="1e-3", name="multi_step_grpo/blackjack (lr 1e-3)"),
+    _env(
+        "multi_step_grpo",
+        "blackjack",
+        300,
+        name="multi_step_grpo/blackjack (entropy 0.01)",
+        extra=("algorithm.entropy_loss_fn_args={entropy_coef: 0.01}",),
+    ),
 )
 
 
