@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from crash_support import CrashAfter
 from reliability_driver import register_length_reward
 from rollout_support import TINY_MODEL
 from safetensors.torch import load_file
@@ -23,6 +22,7 @@ from trinity_core.cli.main import main
 from trinity_core.components import ExperienceOperator, TaskSelector
 from trinity_core.hooks import HookCallError, get_plugin_manager
 from trinity_core.hookspecs import hookimpl
+from trinity_core.testing.crash import CrashAfter
 from trinity_core.train import train
 from trinity_core.train.data.tasks import LastDigitTask
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from crash_support import Crash, CrashAfter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -30,6 +29,7 @@ from trinity_core.experience import EID, Experience
 from trinity_core.hf import to_hf_datasets
 from trinity_core.hooks import HookCallError, get_plugin_manager
 from trinity_core.lm.sampling import generate
+from trinity_core.testing.crash import Crash, CrashAfter
 from trinity_core.train import train
 from trinity_core.train.data.stored import StoredExperiences, detect_format, read_experiences
 from trinity_core.train.models.policy import build_char_tokenizer, load_policy

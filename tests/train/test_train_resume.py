@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import torch
-from crash_support import Crash, CrashAfter
 from reliability_driver import register_length_reward
 from safetensors.torch import load_file
 
 from trinity_core.hooks import HookCallError, get_plugin_manager
+from trinity_core.testing.crash import Crash, CrashAfter
 from trinity_core.train import train
 
 CONFIG: dict[str, Any] = {

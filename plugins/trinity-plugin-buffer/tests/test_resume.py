@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from trinity_core import registry
 from trinity_core.hooks import HookCallError, get_plugin_manager
-from trinity_core.hookspecs import hookimpl
+from trinity_core.testing.crash import CrashAfter
 from trinity_core.train.run import train
 
 
@@ -50,22 +50,6 @@ CONFIG: dict[str, Any] = {
         }
     },
 }
-
-
-class Crash(RuntimeError):
-    """Stands in for a kill."""
-
-
-class CrashAfter:
-    """Kills the run after a step (after that step's checkpoint, if any)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    @hookimpl
-    def trinity_on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        if step == self.step:
-            raise Crash(f"killed after step {step}")
 
 
 def test_difficulty_based_selection_with_replay_resumes_bit_identically(tmp_path: Path) -> None:
