@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -30,6 +31,16 @@ def _index(*sizes: int) -> tuple[torch.Tensor, int]:
 
 def _nan_message(fn: GroupAdvantage) -> str:
     return f"^{type(fn).name()} advantage: experience \\S+ has reward nan"
+
+
+def _every_path(fn: GroupAdvantage) -> tuple[Callable[[list[Experience]], object], ...]:
+    """The four ways a group advantage is computed: one group, per group, the list path, a batch."""
+    return (
+        lambda e: fn.calculate_group_advantage("0", e),  # type: ignore[attr-defined]
+        fn.process_per_group,
+        fn.process_vectorized,
+        lambda e: fn.process_batch(ExperienceBatch.from_experiences(e)),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- kernels
@@ -143,12 +154,7 @@ def test_calculate_group_advantage_takes_the_batch_context_or_the_groups_own() -
 @pytest.mark.parametrize("cls", BASELINES)
 def test_group_baselines_name_themselves_for_a_nan_reward_on_every_path(cls: type) -> None:
     fn = cls()
-    for call in (
-        lambda e: fn.calculate_group_advantage("0", e),
-        fn.process_per_group,
-        fn.process_vectorized,
-        lambda e: fn.process_batch(ExperienceBatch.from_experiences(e)),
-    ):
+    for call in _every_path(fn):
         with pytest.raises(ValueError, match=_nan_message(fn)):
             call(make_exps([[1.0, math.nan, 0.0]]))
 
@@ -233,12 +239,7 @@ def test_rank_penalty_without_logprobs_names_the_component_and_what_to_do() -> N
 def test_grpo_names_itself_for_a_nan_reward_on_every_path(options: dict) -> None:
     fn = GRPOGroupedAdvantage(**options)
     for groups in ([[math.nan]], [[1.0, math.nan, 0.0]]):
-        for call in (
-            lambda e: fn.calculate_group_advantage("0", e),
-            fn.process_per_group,
-            fn.process_vectorized,
-            lambda e: fn.process_batch(ExperienceBatch.from_experiences(e)),
-        ):
+        for call in _every_path(fn):
             with pytest.raises(ValueError, match=_nan_message(fn)):
                 call(make_group_exps(groups, logprob_means=[[-1.0] * len(groups[0])]))
 
