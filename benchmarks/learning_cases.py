@@ -90,10 +90,12 @@ def _rl(preset: str, *extra: str, name: str | None = None, **kw: object) -> Case
     return Case(name or preset, preset, "last_digit", "rl", sets, **kw)  # type: ignore[arg-type]
 
 
-def _clip(preset: str, *extra: str) -> Case:
-    """A clipping loss off-policy: 4 minibatches x 2 epochs, 8 updates per batch, half the steps."""
+def _clip(preset: str, *extra: str, label: str | None = None, **kw: object) -> Case:
+    """A clipping loss off-policy: 4 minibatches x 2 epochs, 8 updates per batch, half the steps; the row
+    is ``{label}+4mb2ep`` (``label`` defaults to the preset)."""
     mb = ("trainer.minibatches=4", "trainer.epochs=2")
-    return _rl(preset, *extra, *mb, name=f"{preset}+4mb2ep", steps=STEPS // 2, tags=("clip",))
+    name = f"{label or preset}+4mb2ep"
+    return _rl(preset, *extra, *mb, name=name, steps=STEPS // 2, tags=("clip",), **kw)
 
 
 def _offline(preset: str, data: str, batch: int, **kw: object) -> Case:
@@ -188,17 +190,13 @@ CASES: tuple[Case, ...] = (
     _clip("rec"),
     _clip("topr"),
     _clip("ppo"),
-    _rl(
+    _clip(
         "dapo",
         "algorithm.policy_loss_fn_args={clip_range_low: 0.2, clip_range_high: 0.28}",
         "rollout.experience_pipeline=[{name: dynamic_sampling, "
         "args: {max_extra_rounds: 3, when_empty: keep}}]",
-        "trainer.minibatches=4",
-        "trainer.epochs=2",
-        name="dapo (paper)+4mb2ep",
-        steps=STEPS // 2,
+        label="dapo (paper)",
         note="the preset is grpo without KL; the paper's clip-higher and dynamic sampling are set here",
-        tags=("clip",),
     ),
     _offline("sft", "answers", 64),
     _offline("cpt", "text", 64),
